@@ -1,0 +1,84 @@
+"""Events a gateway publishes, one JSON object per message, tagged by `type`.
+
+Payloads (`args`, `result`, `error`) are untyped on purpose: the engine hashes
+them, it never interprets more of them than the hashing rules need.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, Meta, Struct
+
+RunId = Annotated[str, Meta(min_length=1, description="Agent run id; also the Kafka message key.")]
+Seq = Annotated[int, Meta(ge=0, description="Grows within a run; a seq not above the last one seen is a duplicate.")]
+Timestamp = float | str | None
+
+
+class ToolCall(Struct, tag="tool_call", tag_field="type", kw_only=True):
+    """The model asks to run a tool; answered by exactly one verdict."""
+
+    run_id: RunId
+    seq: Seq
+    tool_call_id: str
+    tool_name: Annotated[str, Meta(min_length=1)]
+    args: Any = UNSET
+    args_hash: str | None = None
+    agent_id: str | None = None
+    session_key: str | None = None
+    ts: Timestamp = None
+
+
+class ToolResult(Struct, tag="tool_result", tag_field="type", kw_only=True):
+    """A finished call; fills the matching history record with its outcome hash."""
+
+    run_id: RunId
+    seq: Seq
+    tool_call_id: str
+    tool_name: Annotated[str, Meta(min_length=1)]
+    args: Any = UNSET
+    args_hash: str | None = None
+    result: Any = UNSET
+    error: Any = UNSET
+    result_hash: str | None = None
+    unknown_tool_name: str | None = None
+    ts: Timestamp = None
+
+
+class Compaction(Struct, tag="compaction", tag_field="type", kw_only=True):
+    """The transcript was summarised and the turn retried: arms the guard."""
+
+    run_id: RunId
+    seq: Seq
+    agent_id: str | None = None
+    ts: Timestamp = None
+
+
+class RunEnd(Struct, tag="run_end", tag_field="type", kw_only=True):
+    """The run finished: its history and guard are freed."""
+
+    run_id: RunId
+    seq: Seq
+    ts: Timestamp = None
+
+
+Event = ToolCall | ToolResult | Compaction | RunEnd
+EVENT_TYPES: tuple[str, ...] = ("tool_call", "tool_result", "compaction", "run_end")
+
+
+def is_set(value: Any) -> bool:
+    """True when an optional payload field was present in the event (even as null)."""
+    return value is not UNSET
+
+
+__all__ = [
+    "Compaction",
+    "Event",
+    "EVENT_TYPES",
+    "RunEnd",
+    "ToolCall",
+    "ToolResult",
+    "is_set",
+    "msgspec",
+]

@@ -1,0 +1,53 @@
+"""Per-run state: a value kept as bytes in RocksDB, bounded by historySize, the
+warning-key cap and the guard window."""
+
+from __future__ import annotations
+
+from msgspec import Struct, field
+
+# How a result must be hashed, decided from the call's args when the call is
+# recorded, so that a result arriving without args is still hashed correctly.
+KIND_OTHER = 0
+KIND_PROCESS_POLL = 1
+KIND_PROCESS_LOG = 2
+KIND_VOLATILE_SEND = 3
+KIND_COMMAND_STATUS = 4
+
+
+class Record(Struct, array_like=True, gc=False):
+    """One tool call in a run's rolling history."""
+
+    tool: str
+    args_hash: str
+    call_id: str | None = None
+    kind: int = KIND_OTHER
+    result_hash: str | None = None
+    unknown_tool: str | None = None
+
+
+class Triple(Struct, array_like=True, gc=False, frozen=True):
+    """What the post-compaction guard compares: (tool, args hash, result hash)."""
+
+    tool: str
+    args_hash: str
+    result_hash: str
+
+
+class Abort(Struct, array_like=True, gc=False, frozen=True):
+    """Why a run was aborted; later calls of the run are answered with it."""
+
+    tool: str
+    count: int
+    message: str
+
+
+class RunState(Struct, kw_only=True):
+    """Everything the engine knows about one run."""
+
+    last_seq: int = -1
+    agent_id: str | None = None
+    history: list[Record] = field(default_factory=list)
+    warning_buckets: dict[str, int] = field(default_factory=dict)
+    guard_remaining: int = 0
+    guard_window: list[Triple] = field(default_factory=list)
+    aborted: Abort | None = None

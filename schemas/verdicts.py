@@ -1,0 +1,40 @@
+"""The answer to a tool call, published on the decision topic keyed by run id."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import Struct
+
+Decision = Literal["allow", "warn", "block", "abort"]
+Level = Literal["none", "warning", "critical"]
+DetectorName = Literal[
+    "unknown_tool_repeat",
+    "global_circuit_breaker",
+    "known_poll_no_progress",
+    "ping_pong",
+    "generic_repeat",
+    "compaction_loop_persisted",
+]
+COMPACTION_LOOP_PERSISTED: Literal["compaction_loop_persisted"] = "compaction_loop_persisted"
+
+
+class Verdict(Struct, kw_only=True):
+    """One per tool call (and one for a tool result that makes the guard abort).
+
+    Consumers deduplicate by `(run_id, seq)`: at-least-once delivery may repeat
+    a verdict, always byte-identical.
+    """
+
+    run_id: str
+    seq: int
+    tool_call_id: str
+    tool_name: str
+    decision: Decision
+    level: Level = "none"
+    detector: DetectorName | None = None
+    count: int = 0
+    message: str | None = None
+    warning_key: str | None = None
+    paired_tool_name: str | None = None
+    error: Literal["compaction_loop_persisted"] | None = None

@@ -1,0 +1,61 @@
+"""Bytes <-> structs at the process boundary: events in, verdicts out, run
+state to and from RocksDB. Every refusal says what was wrong and where."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from schemas.events import EVENT_TYPES, Event
+from schemas.state import RunState
+from schemas.verdicts import Verdict
+from streams.engine.stablejson import FLOAT_HOOK
+
+
+class BadEvent(ValueError):
+    """An input the processor refuses (it goes to the dead-letter topic)."""
+
+
+_event_decoder = msgspec.json.Decoder(Event, float_hook=FLOAT_HOOK)
+_verdict_encoder = msgspec.json.Encoder()
+_verdict_decoder = msgspec.json.Decoder(Verdict)
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(RunState)
+_BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
+
+
+def decode_event(data: bytes | str) -> Event:
+    """One event from its JSON bytes; raises BadEvent with a readable reason."""
+    try:
+        return _event_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        bad_tag = _BAD_TAG.match(text)
+        if bad_tag:
+            raise BadEvent(
+                f"unknown event type {bad_tag.group(1)!r} (expected one of {', '.join(EVENT_TYPES)})"
+            ) from None
+        if "missing required field `type`" in text:
+            raise BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})") from None
+        raise BadEvent(f"invalid event: {text}") from None
+    except msgspec.DecodeError as exc:
+        raise BadEvent(f"not a JSON event: {exc}") from None
+    except RecursionError:
+        raise BadEvent("not a JSON event: nested too deeply") from None
+
+
+def encode_verdict(verdict: Verdict) -> bytes:
+    return _verdict_encoder.encode(verdict)
+
+
+def decode_verdict(data: bytes | str) -> Verdict:
+    return _verdict_decoder.decode(data)
+
+
+def encode_state(state: RunState) -> bytes:
+    return _state_encoder.encode(state)
+
+
+def decode_state(data: bytes) -> RunState:
+    return _state_decoder.decode(data)

@@ -1,0 +1,33 @@
+"""Loading the config file (JSON or JSON5, a gateway's whole file is fine)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from streams.engine.config import ConfigError, Resolved, parse_config
+
+CONFIG_ENV = "LOOPWARDEN_CONFIG"
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Resolved:
+    """Parse and validate; no path (and no LOOPWARDEN_CONFIG) means the defaults."""
+    if path is None:
+        path = os.environ.get(CONFIG_ENV) or None
+    if path is None:
+        return parse_config({})
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        import json5  # only JSON5 files pay for the slower parser
+
+        try:
+            document = json5.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not valid JSON or JSON5: {exc}") from None
+    return parse_config(document)

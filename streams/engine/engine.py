@@ -1,0 +1,163 @@
+"""`apply(state, event, config) -> Outcome`: the whole engine.
+
+The engine owns the state it is given: it updates it in place and returns it
+(copying a 30-record history per event would be the single largest cost).
+Callers that need the old value keep its bytes, which is what the stream
+processor does anyway.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from schemas.config import FleetConfig, LoopDetectionConfig
+from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult, is_set
+from schemas.state import KIND_OTHER, Abort, Record, RunState, Triple
+from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Verdict
+from streams.engine import guard
+from streams.engine.detectors import detect
+from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
+from streams.engine.warnings import should_deliver
+
+
+class Outcome(NamedTuple):
+    """What one event did: the run's new state, its verdicts (zero or one), and
+    the guard's window size when this event armed it (for the operator log)."""
+
+    state: RunState
+    verdicts: list[Verdict]
+    armed: int = 0
+    duplicate: bool = False
+
+
+def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
+    """Apply one event to its run's state (None for a run never seen).
+
+    A duplicate (seq not above the last processed) changes nothing. Hashing
+    runs before any change, so an event whose payload cannot be hashed raises
+    and leaves the state as it was.
+    """
+    if state is None:
+        state = RunState()
+    if event.seq <= state.last_seq:
+        return Outcome(state, [], duplicate=True)
+    if isinstance(event, RunEnd):
+        return Outcome(RunState(last_seq=event.seq), [])
+    agent_id = state.agent_id
+    if agent_id is None and isinstance(event, (ToolCall, Compaction)) and event.agent_id:
+        agent_id = event.agent_id
+    cfg = config.for_agent(agent_id)
+    verdicts: list[Verdict] = []
+    armed = 0
+    if isinstance(event, ToolCall):
+        verdicts.append(_on_call(state, event, cfg))
+    elif isinstance(event, ToolResult):
+        verdict = _on_result(state, event, cfg)
+        if verdict is not None:
+            verdicts.append(verdict)
+    elif state.aborted is None:
+        armed = guard.arm(state, cfg)
+    state.agent_id = agent_id
+    state.last_seq = event.seq
+    return Outcome(state, verdicts, armed)
+
+
+def _abort_verdict(event: ToolCall | ToolResult, abort: Abort) -> Verdict:
+    return Verdict(
+        run_id=event.run_id,
+        seq=event.seq,
+        tool_call_id=event.tool_call_id,
+        tool_name=event.tool_name,
+        decision="abort",
+        level="critical",
+        detector=COMPACTION_LOOP_PERSISTED,
+        count=abort.count,
+        message=abort.message,
+        error=COMPACTION_LOOP_PERSISTED,
+    )
+
+
+def _trim(history: list[Record], size: int) -> None:
+    if len(history) > size:
+        del history[: len(history) - size]
+
+
+def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verdict:
+    if state.aborted is not None:
+        return _abort_verdict(event, state.aborted)
+    tool = event.tool_name
+    signature = event.args_hash or args_hash(tool, event.args)
+    kind = classify(tool, event.args)
+    found = detect(state.history, tool, signature, kind in POLL_KINDS, cfg) if cfg.rolling else None
+    if found is None:
+        decision = "allow"
+    elif found.level == "critical":
+        decision = "block"  # not recorded: the block stays in force while nothing changes
+    else:
+        decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
+    if decision != "block":
+        state.history.append(Record(tool, signature, event.tool_call_id, kind))
+        _trim(state.history, cfg.history_size)
+    if found is None:
+        return Verdict(
+            run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
+        )
+    return Verdict(
+        run_id=event.run_id,
+        seq=event.seq,
+        tool_call_id=event.tool_call_id,
+        tool_name=tool,
+        decision=decision,
+        level=found.level,
+        detector=found.detector,
+        count=found.count,
+        message=found.message,
+        warning_key=found.warning_key,
+        paired_tool_name=found.paired_tool_name,
+    )
+
+
+def _find_open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
+    """Newest record of this call still waiting for its result."""
+    for record in reversed(history):
+        if record.result_hash is not None or record.call_id != call_id:
+            continue
+        if signature is None or (record.tool == tool and record.args_hash == signature):
+            return record
+    return None
+
+
+def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> Verdict | None:
+    if state.aborted is not None:
+        return None
+    tool = event.tool_name
+    has_args = is_set(event.args)
+    signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
+    record = _find_open_call(state.history, event.tool_call_id, tool, signature)
+    if event.result_hash:
+        result_hash = event.result_hash
+        unknown = event.unknown_tool_name or None
+        if unknown is None and is_set(event.error) and event.error is not None:
+            unknown = result_outcome(tool, KIND_OTHER, None, event.error)[1]
+    else:
+        kind = classify(tool, event.args) if has_args else (record.kind if record else KIND_OTHER)
+        result_hash, unknown = result_outcome(tool, kind, event.result, event.error)
+        if event.unknown_tool_name:
+            unknown = event.unknown_tool_name
+    if result_hash is None:
+        return None  # no outcome (or the guard's own veto): not progress, resets nothing
+    if record is not None:
+        record.result_hash = result_hash
+        record.unknown_tool = unknown
+    else:
+        record = Record(
+            tool, signature or args_hash(tool, event.args), event.tool_call_id,
+            classify(tool, event.args), result_hash, unknown,
+        )  # fmt: skip
+        state.history.append(record)
+        _trim(state.history, cfg.history_size)
+    count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)
+    if not count:
+        return None
+    state.aborted = Abort(record.tool, count, guard.abort_message(record.tool, count, cfg.window_size))
+    return _abort_verdict(event, state.aborted)

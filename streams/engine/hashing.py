@@ -1,0 +1,245 @@
+"""What counts as "the same": args and result hashes, byte-compatible with the
+reference gateway so a gateway may send precomputed hashes instead of payloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import msgspec
+
+from schemas.events import is_set
+from schemas.state import (
+    KIND_COMMAND_STATUS,
+    KIND_OTHER,
+    KIND_PROCESS_LOG,
+    KIND_PROCESS_POLL,
+    KIND_VOLATILE_SEND,
+)
+from streams.engine.stablejson import UNDEFINED, stable_json
+
+POLL_KINDS = frozenset({KIND_PROCESS_POLL, KIND_PROCESS_LOG, KIND_COMMAND_STATUS})
+
+SEND_ACTIONS = frozenset(
+    {"send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment", "upload-file", "sticker", "poll"}
+)
+VOLATILE_SEND_KEYS = frozenset(
+    {
+        "messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds",
+        "fileId", "file_id", "fileKey", "pollId", "poll_id", "receipt", "runId",
+        "idempotencyKey", "ts", "timestamp", "sentAt", "deliveredAt", "createdAt",
+    }
+)  # fmt: skip
+
+# JavaScript's String#trim set; Python's str.strip also strips \x1c-\x1f.
+_JS_WHITESPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_UNKNOWN_TOOL = (
+    re.compile(r"(?i:unknown tool)[:\s]+[\"']?([A-Za-z0-9_.-]+)"),
+    re.compile(r"(?i:tool)\s+[\"']?([A-Za-z0-9_.-]+)[\"']?\s+(?i:not found|is not available)"),
+)
+
+
+def js_trim(text: str) -> str:
+    return text.strip(_JS_WHITESPACE)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(stable_json(value)).hexdigest()
+
+
+def plan_shape(value: Any) -> Any:
+    """update_plan reduced to its shape: rewording a plan is not progress."""
+    if not isinstance(value, dict):
+        return value
+    plan = value.get("plan")
+    steps = plan if isinstance(plan, list) else []
+    statuses = []
+    presence = []
+    for step in steps:
+        if isinstance(step, dict):
+            status = step.get("status")
+            text = step.get("step")
+            statuses.append(status if isinstance(status, str) else None)
+            presence.append(isinstance(text, str) and bool(js_trim(text)))
+        else:
+            statuses.append(None)
+            presence.append(False)
+    explanation = value.get("explanation")
+    return {
+        "planLength": len(steps),
+        "statuses": statuses,
+        "stepPresence": presence,
+        "hasExplanation": isinstance(explanation, str) and bool(js_trim(explanation)),
+    }
+
+
+def args_hash(tool: str, args: Any) -> str:
+    """`tool:sha256(stable_json(args))`; absent args hash as JavaScript's undefined."""
+    if not is_set(args):
+        args = UNDEFINED
+    elif tool == "update_plan":
+        args = plan_shape(args)
+    return f"{tool}:{digest(args)}"
+
+
+def classify(tool: str, args: Any) -> int:
+    """Decide from the call's args how its result is hashed and whether it polls."""
+    if tool == "command_status":
+        return KIND_COMMAND_STATUS
+    if tool == "sessions_send":
+        return KIND_VOLATILE_SEND
+    if isinstance(args, dict):
+        action = args.get("action")
+        if tool == "process":
+            if action == "poll":
+                return KIND_PROCESS_POLL
+            if action == "log":
+                return KIND_PROCESS_LOG
+        elif tool == "message" and isinstance(action, str) and action in SEND_ACTIONS:
+            return KIND_VOLATILE_SEND
+    return KIND_OTHER
+
+
+def error_text(error: Any) -> str:
+    if isinstance(error, str):
+        return error
+    if isinstance(error, bool):
+        return "true" if error else "false"
+    if isinstance(error, msgspec.Raw):
+        return bytes(error).decode()
+    if isinstance(error, int):
+        return stable_json(error).decode()
+    return stable_json(error).decode("utf-8", "surrogatepass")
+
+
+def unknown_tool_name(text: str) -> str | None:
+    """The missing tool an error names, lower-cased, if it names one."""
+    text = js_trim(text)
+    if not text:
+        return None
+    for pattern in _UNKNOWN_TOOL:
+        match = pattern.search(text)
+        if match:
+            return match.group(1).lower()
+    return None
+
+
+def _text_content(result: dict[str, Any]) -> str:
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    parts = [
+        entry["text"]
+        for entry in content
+        if isinstance(entry, dict) and isinstance(entry.get("type"), str) and isinstance(entry.get("text"), str)
+    ]
+    return js_trim("\n".join(parts))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, msgspec.Raw)) and not isinstance(value, bool)
+
+
+def _str_or(value: Any, default: Any) -> Any:
+    return value if isinstance(value, str) else default
+
+
+def _exec_outcome(details: dict[str, Any], text: str) -> str | None:
+    """exec: only the stable outcome; durations, pids and session ids never count."""
+    status = details.get("status")
+    if not isinstance(status, str) or not status:
+        return None
+    if status == "running":
+        return digest({"status": status, "tail": _str_or(details.get("tail"), "")})
+    if status in ("completed", "failed"):
+        exit_code = details.get("exitCode")
+        aggregated = details.get("aggregated")
+        aggregated = js_trim(aggregated) if isinstance(aggregated, str) else ""
+        return digest(
+            {
+                "status": status,
+                "exitCode": exit_code if _is_number(exit_code) else None,
+                "timedOut": details.get("timedOut") is True,
+                "output": aggregated or text,
+            }
+        )
+    if status in ("approval-pending", "approval-unavailable"):
+        return digest(
+            {
+                "status": status,
+                "reason": _str_or(details.get("reason"), None),
+                "host": _str_or(details.get("host"), None),
+                "command": _str_or(details.get("command"), ""),
+                "warningText": _str_or(details.get("warningText"), ""),
+            }
+        )
+    return None
+
+
+_POLL_FIELDS = ("exitCode", "exitSignal", "aggregated")
+_LOG_FIELDS = ("totalLines", "totalChars", "truncated", "exitCode", "exitSignal")
+
+
+def _process_outcome(action: str, fields: tuple[str, ...], details: dict[str, Any], text: str) -> str:
+    shape: dict[str, Any] = {"action": action, "status": details.get("status", UNDEFINED), "text": text}
+    for name in fields:
+        shape[name] = details.get(name)
+    return digest(shape)
+
+
+def _is_message_object(value: dict[str, Any]) -> bool:
+    return (
+        isinstance(value.get("id"), str)
+        and isinstance(value.get("text"), str)
+        and (
+            isinstance(value.get("direction"), str)
+            or isinstance(value.get("senderId"), str)
+            or isinstance(value.get("accountId"), str)
+            or isinstance(value.get("conversation"), dict)
+        )
+    )
+
+
+def strip_volatile(value: Any) -> Any:
+    """A sent message's fresh ids and timestamps are not progress: drop them at any depth."""
+    if isinstance(value, list):
+        return [strip_volatile(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    drop_id = _is_message_object(value)
+    return {
+        key: strip_volatile(item)
+        for key, item in value.items()
+        if key not in VOLATILE_SEND_KEYS and not (drop_id and key == "id")
+    }
+
+
+def result_outcome(tool: str, kind: int, result: Any, error: Any) -> tuple[str | None, str | None]:
+    """(result_hash, unknown_tool_name) of a finished call; no hash means "not progress"."""
+    if is_set(error) and error is not None:
+        text = error_text(error)
+        return "error:" + digest(text), unknown_tool_name(text)
+    if not is_set(result):
+        return None, None
+    if not isinstance(result, dict):
+        return digest(result), None
+    raw_details = result.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
+        return None, None
+    text = _text_content(result)
+    if tool == "exec":
+        outcome = _exec_outcome(details, text)
+        if outcome is not None:
+            return outcome, None
+    if kind == KIND_PROCESS_POLL:
+        return _process_outcome("poll", _POLL_FIELDS, details, text), None
+    if kind == KIND_PROCESS_LOG:
+        return _process_outcome("log", _LOG_FIELDS, details, text), None
+    if kind == KIND_VOLATILE_SEND:
+        return digest(strip_volatile(details)), None
+    if tool == "update_plan":
+        return digest({"details": plan_shape(details), "text": ""}), None
+    return digest({"details": details, "text": text}), None

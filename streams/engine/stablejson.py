@@ -1,0 +1,123 @@
+"""Deterministic JSON, byte-compatible with the reference gateway's stable stringify.
+
+Hashes must match what gateways compute themselves, so the serialisation
+follows JavaScript: object keys sorted by UTF-16 code units, numbers printed as
+`Number.prototype.toString` prints them, strings escaped as `JSON.stringify`
+escapes them. msgspec does all of that in C (`order="sorted"`) for the common
+case; the few inputs it would print differently (integers beyond 2**53, keys
+mixing astral characters with U+E000..U+FFFF) take an exact pure-Python path.
+
+Floats are the other difference (JavaScript prints `1.0` as `1`). They are
+fixed when the payload is decoded: `decode_payload` and the event decoder turn
+every untyped float into a `msgspec.Raw` holding the JavaScript spelling, so the
+encoder copies it verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import msgspec
+
+UNDEFINED = msgspec.Raw(b"undefined")
+"""JavaScript's `undefined` inside a stable-stringified object (a missing field)."""
+
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+_RISKY = re.compile(rb"\d{16}|[\xf0-\xf4]")
+_BIG_DIGITS = re.compile(rb"\d{16}")
+_BMP_PRIVATE_OR_HIGH = re.compile(rb"[\xee\xef]")
+
+
+def js_number(value: float) -> str:
+    """Spell a double the way JavaScript's Number#toString does."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    # repr gives the shortest round-tripping digits, as ECMAScript requires;
+    # only the placement of the decimal point differs between the two.
+    raw_digits = whole + frac
+    digits = raw_digits.lstrip("0")
+    point = len(whole) + (int(exp) if exp else 0) - (len(raw_digits) - len(digits))
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= point <= 21:
+        return sign + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * (-point) + digits
+    e = point - 1
+    body = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{body}e{'+' if e > 0 else '-'}{abs(e)}"
+
+
+def _float_hook(text: str) -> Any:
+    value = float(text)
+    if math.isfinite(value):
+        return msgspec.Raw(js_number(value).encode())
+    # JSON.parse never yields a non-finite number; the reference prints them as strings.
+    return msgspec.Raw(json.dumps(js_number(value)).encode())
+
+
+FLOAT_HOOK = _float_hook
+_payload_decoder = msgspec.json.Decoder(float_hook=_float_hook)
+
+
+def decode_payload(data: bytes | str) -> Any:
+    """Decode JSON the way the engine expects payloads: floats in JavaScript spelling."""
+    return _payload_decoder.decode(data)
+
+
+def normalize_payload(value: Any) -> Any:
+    """Bring a Python value (floats and all) into the engine's payload form."""
+    return _payload_decoder.decode(msgspec.json.encode(value))
+
+
+def stable_json(value: Any) -> bytes:
+    """UTF-8 bytes of the reference gateway's stable stringify of `value`."""
+    out = _encode_sorted(value)
+    match = _RISKY.search(out)
+    if match is None:
+        return out
+    if match.group()[0] < 0xF0 or _BIG_DIGITS.search(out) or _BMP_PRIVATE_OR_HIGH.search(out):
+        return _exact(value).encode("utf-8", "surrogatepass")
+    return out
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _exact(value: Any) -> str:
+    """Slow and exact; only for the inputs the fast path would print differently."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int):
+        if abs(value) < 2**53:
+            return str(value)
+        return js_number(float(value))  # JSON.parse keeps only a double
+    if isinstance(value, float):
+        return js_number(value) if math.isfinite(value) else json.dumps(js_number(value))
+    if isinstance(value, msgspec.Raw):
+        return bytes(value).decode()
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: _utf16_key(kv[0]))
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _exact(v) for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_exact(v) for v in value) + "]"
+    return _exact(msgspec.to_builtins(value))

@@ -1,0 +1,50 @@
+"""Offline replay: events in (JSON lines), verdicts out, no broker needed.
+
+It is the reference for everything downstream: the stream processor must
+publish, per run and in order, exactly what this writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import BinaryIO, TextIO
+
+from schemas.config import FleetConfig
+from schemas.state import RunState
+from streams.codec import BadEvent, decode_event, encode_verdict
+from streams.engine import apply
+
+
+def apply_safely(state: RunState | None, event, config: FleetConfig):
+    """`apply`, with a payload the engine cannot hash turned into a refusal."""
+    try:
+        return apply(state, event, config)
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise BadEvent(f"cannot hash payload: {type(exc).__name__}: {exc}") from None
+
+
+def replay(lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO) -> int:
+    """Write one verdict line per verdict; return how many input lines were refused."""
+    states: dict[str, RunState] = {}
+    refused = 0
+    buffer: list[bytes] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = decode_event(line)
+            outcome = apply_safely(states.get(event.run_id), event, config)
+        except BadEvent as exc:
+            refused += 1
+            err.write(f"line {number}: {exc}\n")
+            continue
+        states[event.run_id] = outcome.state
+        for verdict in outcome.verdicts:
+            buffer.append(encode_verdict(verdict))
+            buffer.append(b"\n")
+        if len(buffer) >= 2048:
+            out.write(b"".join(buffer))
+            buffer.clear()
+    out.write(b"".join(buffer))
+    out.flush()
+    return refused
