@@ -9,6 +9,7 @@ Only `tools.loopDetection` and, in `agents.list[]`, each entry's `id` and
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, NamedTuple
 
 import msgspec
@@ -53,7 +54,7 @@ def _check(path: str, kind: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{path}: expected true or false, got {_show(value)}")
         return value
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not is_number or value != int(value) or value <= 0:
         raise ConfigError(f"{path}: expected a positive integer, got {_show(value)}")
     return int(value)

@@ -64,7 +64,8 @@ def _float_hook(text: str) -> Any:
     value = float(text)
     if math.isfinite(value):
         return msgspec.Raw(js_number(value).encode())
-    # JSON.parse never yields a non-finite number; the reference prints them as strings.
+    # An overflowing literal parses to Infinity; the reference's stable stringify
+    # spells non-finite numbers as strings.
     return msgspec.Raw(json.dumps(js_number(value)).encode())
 
 

@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine (Python 3.11+, Java 17, Maven):
+#   make up     run the main job on the embedded default (a local Kafka broker it starts itself)
+#   make test   run the whole test suite (starts and stops its own broker)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up test test-heavy bench schemas kafka clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+kafka: $(STAMP)
+	$(BIN)/python -m streams.broker install
+
+up: kafka
+	$(BIN)/loopwarden up --config examples/loopwarden.json5 --demo examples/sample-trace.jsonl
+
+test: kafka
+	$(BIN)/python -m pytest -q
+
+test-heavy: kafka
+	$(BIN)/python -m pytest -q -m heavy
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.engine_bench
+
+schemas: $(STAMP)
+	$(BIN)/python -m schemas.export
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
