@@ -116,7 +116,6 @@ def detect(
 
     same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
     streak, latest = no_progress_streak(same_call)
-    outcome_key = f"{tool}:{signature}:{latest or 'none'}"
     if streak >= cfg.global_circuit_breaker_threshold:
         return Detection(
             "critical",
@@ -124,7 +123,7 @@ def detect(
             streak,
             f"CRITICAL: {tool} returned the same result {streak} times in a row for identical arguments. "
             "The global circuit breaker blocks it; change approach or report the task as failed.",
-            f"global:{outcome_key}",
+            f"global:{tool}:{signature}:{latest}",
         )
 
     if is_poll and cfg.known_poll_no_progress:
@@ -135,7 +134,7 @@ def detect(
                 streak,
                 f"CRITICAL: {tool} was polled {streak} times with identical arguments and no progress. "
                 "This polling loop is blocked; report the task as stuck or failed.",
-                f"poll:{outcome_key}",
+                f"poll:{tool}:{signature}:{latest}",
             )
         if streak >= cfg.warning_threshold:
             return Detection(
@@ -144,7 +143,7 @@ def detect(
                 streak,
                 f"WARNING: {tool} was polled {streak} times with identical arguments and no progress. "
                 "Wait longer between checks, or report the task as failed if the process is stuck.",
-                f"poll:{outcome_key}",
+                f"poll:{tool}:{signature}:{latest}",
             )
 
     if cfg.ping_pong:
@@ -182,7 +181,7 @@ def detect(
                 streak,
                 f"CRITICAL: {tool} was called {streak} times with identical arguments and identical results. "
                 "This loop is blocked; change the arguments or the approach, or report the task as failed.",
-                f"generic:{outcome_key}",
+                f"generic:{tool}:{signature}:{latest}",
             )
         recent = len(same_call)
         if recent >= cfg.warning_threshold:

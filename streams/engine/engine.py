@@ -8,10 +8,10 @@ processor does anyway.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from msgspec import Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
-from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult, is_set
+from schemas.events import Event, RunEnd, ToolCall, ToolResult, is_set
 from schemas.state import KIND_OTHER, Abort, Record, RunState, Triple
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Verdict
 from streams.engine import guard
@@ -20,11 +20,12 @@ from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outco
 from streams.engine.warnings import should_deliver
 
 
-class Outcome(NamedTuple):
-    """What one event did: the run's new state, its verdicts (zero or one), and
-    the guard's window size when this event armed it (for the operator log)."""
+class Outcome(Struct, gc=False):
+    """What one event did: the run's new state, its verdicts (zero or one), the
+    guard's window size when this event armed it (for the operator log), and
+    whether it was a duplicate (for the counters)."""
 
-    state: RunState
+    state: RunState | None
     verdicts: list[Verdict]
     armed: int = 0
     duplicate: bool = False
@@ -39,26 +40,28 @@ def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
     """
     if state is None:
         state = RunState()
-    if event.seq <= state.last_seq:
+    seq = event.seq
+    if seq <= state.last_seq:
         return Outcome(state, [], duplicate=True)
-    if isinstance(event, RunEnd):
-        return Outcome(RunState(last_seq=event.seq), [])
+    kind = type(event)
+    if kind is RunEnd:
+        return Outcome(RunState(last_seq=seq), [])
     agent_id = state.agent_id
-    if agent_id is None and isinstance(event, (ToolCall, Compaction)) and event.agent_id:
+    if agent_id is None and kind is not ToolResult and event.agent_id:
         agent_id = event.agent_id
-    cfg = config.for_agent(agent_id)
+    cfg = config.default if agent_id is None else config.for_agent(agent_id)
     verdicts: list[Verdict] = []
     armed = 0
-    if isinstance(event, ToolCall):
+    if kind is ToolCall:
         verdicts.append(_on_call(state, event, cfg))
-    elif isinstance(event, ToolResult):
+    elif kind is ToolResult:
         verdict = _on_result(state, event, cfg)
         if verdict is not None:
             verdicts.append(verdict)
     elif state.aborted is None:
         armed = guard.arm(state, cfg)
     state.agent_id = agent_id
-    state.last_seq = event.seq
+    state.last_seq = seq
     return Outcome(state, verdicts, armed)
 
 
@@ -156,6 +159,8 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
         )  # fmt: skip
         state.history.append(record)
         _trim(state.history, cfg.history_size)
+    if state.guard_remaining <= 0:
+        return None
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)
     if not count:
         return None
