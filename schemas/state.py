@@ -51,3 +51,12 @@ class RunState(Struct, kw_only=True):
     guard_remaining: int = 0
     guard_window: list[Triple] = field(default_factory=list)
     aborted: Abort | None = None
+
+
+class StoredRun(Struct, array_like=True):
+    """A run as the stream processor keeps it in its table: the engine's state
+    plus the wall-clock time (Unix seconds) the run was last touched, for the
+    idle TTL. The engine has no clock; only the stream processor reads this."""
+
+    touched: float
+    state: RunState

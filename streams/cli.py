@@ -28,6 +28,87 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from streams.settings import settings_from_args
+
+    settings = settings_from_args(args)
+    from streams.app import run_worker  # imports Faust
+
+    return run_worker(settings)
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    from streams.settings import default_bootstrap, topics_from_args
+    from streams.topics import TopicError, ensure_topics
+
+    try:
+        states = ensure_topics(default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout)
+    except TopicError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
+        return 1
+    for state in states:
+        print(f"{'created' if state.created else 'exists '} {state.name} ({state.partitions} partitions)")
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from streams.kafkaio import produce_file
+    from streams.settings import default_bootstrap
+
+    try:
+        report = produce_file(args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw)
+    except OSError as exc:
+        print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # broker unreachable, timeouts
+        print(f"loopwarden: cannot produce to {args.topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"sent {report.sent} events to {args.topic}" + (f", refused {report.refused} bad lines" if report.refused else ""),
+          file=sys.stderr)
+    return 1 if report.refused else 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from streams.kafkaio import tail
+    from streams.settings import default_bootstrap
+
+    topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
+    printed = tail(
+        default_bootstrap(args.bootstrap),
+        topic,
+        sys.stdout.buffer,
+        from_beginning=args.from_beginning,
+        max_records=args.max,
+        timeout=args.timeout,
+        idle=args.idle,
+        deadletter=args.deadletter,
+        dedupe=args.dedupe,
+    )
+    if args.max is not None and printed < args.max:
+        return 1
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from streams.up import run_up
+
+    return run_up(args)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from streams.audit import main as audit_main
+    from streams.settings import default_bootstrap
+
+    args.bootstrap = default_bootstrap(args.bootstrap)
+    return audit_main(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from streams.explain import main as explain_main
+
+    return explain_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwarden", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -35,6 +116,111 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
+
+    from streams.settings import (
+        DEADLETTER_TOPIC,
+        DECISIONS_TOPIC,
+        EVENTS_TOPIC,
+        add_connection_options,
+        add_topic_options,
+        add_worker_options,
+        duration,
+        positive_int,
+    )
+
+    worker = commands.add_parser("worker", help="run the stream processor (a Faust worker)")
+    add_connection_options(worker)
+    add_topic_options(worker)
+    add_worker_options(worker)
+    worker.set_defaults(run=_worker)
+
+    topics = commands.add_parser("topics", help="manage the project's topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", help="create the events, decisions and dead-letter topics")
+    add_connection_options(create)
+    add_topic_options(create)
+    create.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
+    create.set_defaults(run=_topics_create)
+
+    produce = commands.add_parser("produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
+    add_connection_options(produce)
+    produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
+    produce.add_argument("--topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    produce.add_argument(
+        "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
+    )
+    produce.set_defaults(run=_produce)
+
+    tail = commands.add_parser("tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
+    add_connection_options(tail)
+    tail.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    tail.add_argument("--deadletter-topic", default=DEADLETTER_TOPIC, help=f"default {DEADLETTER_TOPIC}")
+    tail.add_argument("--topic", help="tail this topic instead")
+    tail.add_argument("--deadletter", action="store_true", help="tail the dead-letter topic, with reasons")
+    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record, not the newest")
+    tail.add_argument("--max", type=positive_int, help="stop after N records (exit 1 if fewer arrived)")
+    tail.add_argument("--timeout", type=duration, help="stop after this long in all (e.g. 30s)")
+    tail.add_argument("--idle", type=duration, help="stop after this long without a record")
+    tail.add_argument("--dedupe", action="store_true", help="print each (run_id, seq) verdict once")
+    tail.set_defaults(run=_tail)
+
+    up = commands.add_parser(
+        "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
+    )
+    add_connection_options(up)
+    add_topic_options(up)
+    add_worker_options(up)
+    up.add_argument("--demo", metavar="EVENTS.jsonl", help="publish this trace, print its verdicts, then exit")
+    up.add_argument(
+        "--broker-dir",
+        help="data dir of a broker started here (default ./data/kafka, else ~/.cache/loopwarden/kafka)",
+    )
+    up.add_argument("--demo-timeout", type=duration, default=120.0, help="give up on the demo after (default 2m)")
+    up.set_defaults(run=_up)
+
+    audit = commands.add_parser(
+        "audit", help="recompute verdicts from the events topic and compare them with the published ones"
+    )
+    add_connection_options(audit)
+    start = audit.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="read from the oldest event (the default)")
+    start.add_argument(
+        "--since",
+        metavar="TIMESTAMP",
+        help="read from this time: ISO 8601 (2025-05-01T10:00:00Z), epoch s/ms, or a duration ago (15m, 2h)",
+    )
+    audit.add_argument("--run", dest="run_filter", metavar="RUN_ID", help="audit only this run")
+    audit.add_argument("--config", help="config to recompute with (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    audit.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    audit.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    audit.add_argument(
+        "--wait", type=duration, default=5.0, help="wait this long for verdicts still missing (default 5s)"
+    )
+    audit.add_argument(
+        "--first-seq",
+        type=int,
+        default=0,
+        help="with --since: a run whose first event after the point has a higher seq started before it "
+        "and is not compared (default 0; 1 for gateways that number runs from 1)",
+    )
+    audit.add_argument("--summary-only", action="store_true", help="do not list each mismatch")
+    audit.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    audit.set_defaults(run=_audit)
+
+    explain = commands.add_parser("explain", help="show one run's timeline: hashes, detector counts, verdicts")
+    explain.add_argument("run_id", metavar="RUN_ID")
+    source = explain.add_mutually_exclusive_group()
+    source.add_argument("--events", metavar="FILE.jsonl", help="read events from a JSON-lines file (- for stdin)")
+    source.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="read the run from the topics (default when --events is not given: $LOOPWARDEN_BOOTSTRAP or 127.0.0.1:9092)",
+    )
+    explain.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
+    explain.set_defaults(run=_explain)
     return parser
 
 

@@ -1,0 +1,828 @@
+"""The stream processor: one Faust agent, partitioned by run id.
+
+    loopwarden.events ──▶ agent ──▶ engine.apply ──▶ loopwarden.decisions
+                           │                ╰── bad input ──▶ loopwarden.deadletter
+                           ╰── runs table (RocksDB + changelog), written after the verdicts
+
+The agent takes each event as it comes (acknowledgements off), decodes it
+exactly as ``loopwarden replay`` does, loads the run's state (from the
+in-memory overlay of runs in flight, else the table), applies the engine and
+sends the verdict without waiting. Events are grouped into chunks; a
+finisher task waits until the broker has acknowledged a chunk's verdicts and
+dead letters, then writes the states the chunk left to the table, and only
+then acknowledges the chunk's events to Faust, whose offset commits follow
+the acknowledgements. No durable record gets ahead of the published
+verdicts, so a crash anywhere makes Kafka redeliver events whose verdicts are
+recomputed byte for byte (docs/PROCESSING.md says why this is enough).
+
+Faust is used with raw bytes everywhere (no models, no serializer work); the
+verdict bytes are exactly ``encode_verdict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+from collections import Counter, deque
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+import faust
+import msgspec
+from faust.streams import _current_event  # task-local "event being processed"
+from faust.types import EventT
+
+from schemas.config import FleetConfig
+from schemas.state import RunState, StoredRun
+from schemas.verdicts import Verdict
+from streams import logs
+from streams.codec import BadEvent, decode_event, encode_verdict
+from streams.replay import apply_safely
+from streams.settings import EXACTLY_ONCE, Settings
+
+log = logging.getLogger("loopwarden.worker")
+
+TABLE_NAME = "runs"
+
+_stored_encoder = msgspec.msgpack.Encoder()
+_stored_decoder = msgspec.msgpack.Decoder(StoredRun)
+
+
+class _Touched(msgspec.Struct, array_like=True):
+    """The first field of a stored run, read without decoding the state."""
+
+    touched: float
+    state: msgspec.Raw
+
+
+_touched_decoder = msgspec.msgpack.Decoder(_Touched)
+
+#: Sequence numbers are kept as msgpack integers (and int64 in most gateway
+#: languages); a larger seq is refused like any other invalid field.
+MAX_SEQ = 2**63 - 1
+#: A run's stored state and a verdict must each fit in one Kafka message
+#: (brokers refuse messages over ~1 MB by default). Only pathological
+#: events (megabyte-long tool names or error texts) come near these.
+MAX_STATE_BYTES = 512 * 1024
+MAX_VERDICT_BYTES = 512 * 1024
+MAX_FIELD_CHARS = 4096
+#: Producer request limit: a dead letter carries an event of up to
+#: --max-event-bytes unchanged, plus headers.
+PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+# Dead-letter headers: the value stays the original bytes, untouched.
+H_REASON = "loopwarden.reason"
+H_KIND = "loopwarden.kind"
+H_TOPIC = "loopwarden.source.topic"
+H_PARTITION = "loopwarden.source.partition"
+H_OFFSET = "loopwarden.source.offset"
+H_KEY = "loopwarden.source.key"
+
+
+def encode_stored(stored: StoredRun) -> bytes:
+    return _stored_encoder.encode(stored)
+
+
+def decode_stored(data: bytes) -> StoredRun:
+    return _stored_decoder.decode(data)
+
+
+def touched_at(data: bytes) -> float:
+    return _touched_decoder.decode(data).touched
+
+
+def refusal_kind(reason: str) -> str:
+    """A short, countable name for a dead-letter reason."""
+    for prefix, kind in (
+        ("not a JSON event", "not_json"),
+        ("unknown event type", "unknown_type"),
+        ("missing field 'type'", "missing_type"),
+        ("invalid event", "invalid"),
+        ("cannot hash payload", "unhashable"),
+        ("event too large", "too_large"),
+        ("empty message", "empty"),
+        ("message key", "key_mismatch"),
+        ("engine error", "engine_error"),
+    ):
+        if reason.startswith(prefix):
+            return kind
+    return "other"
+
+
+class RunTable:
+    """The runs table, addressed by (partition, run id).
+
+    Faust's RocksDB store keeps one database per partition and picks it from
+    the task-local *current event*; the agent works on events of several
+    partitions at once, so each access names its event explicitly. A write
+    puts the value into the partition's RocksDB and sends it to the table's
+    changelog topic on the same partition. The changelog message is sent
+    straight to the producer rather than through ``table[key] = value``,
+    whose buffer is drained one message at a time and, above 100 waiting
+    messages, stalls the consumer; the changelog offset is recorded in RocksDB
+    on acknowledgement exactly as Faust does, so recovery resumes from it.
+    """
+
+    def __init__(self, app: faust.App, table: Any) -> None:
+        self.app = app
+        self.table = table
+        self._changelog: str | None = None
+
+    @property
+    def changelog(self) -> str:
+        if self._changelog is None:
+            self._changelog = self.table.changelog_topic_name
+        return self._changelog
+
+    def get(self, event: Any, key: bytes) -> bytes | None:
+        token = _current_event.set(weakref.ref(event))
+        try:
+            return self.table.data.get(key)
+        finally:
+            _current_event.reset(token)
+
+    async def put(self, event: Any, key: bytes, value: bytes) -> Awaitable[Any]:
+        """Write locally, send to the changelog; returns the send's future."""
+        partition = event.message.partition
+        token = _current_event.set(weakref.ref(event))
+        try:
+            self.table.data[key] = value
+        finally:
+            _current_event.reset(token)
+        future = await self.app.producer.send(self.changelog, key, value, partition, None, None)
+        future.add_done_callback(self._persist_offset)
+        return future
+
+    def _persist_offset(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # the finisher sees the failure when it awaits the future
+        metadata = future.result()
+        if self.app.in_transaction:
+            self.app.tables.persist_offset_on_commit(self.table.data, metadata.topic_partition, metadata.offset)
+        else:
+            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
+
+    def active_partitions(self) -> list[int]:
+        """Changelog partitions this worker owns as active (not standby)."""
+        changelog = self.changelog
+        return sorted(tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == changelog)
+
+    def scan(self, partition: int) -> Iterable[tuple[bytes, bytes]]:
+        """(key, value) of one active partition's database (no Faust bookkeeping key)."""
+        store = self.table.data
+        db = store._dbs.get(partition)  # only databases already open for this worker
+        if db is None:
+            return ()
+        offset_key = store.offset_key
+        return ((k, v) for k, v in db.items() if k != offset_key)
+
+    async def expire(self, partition: int, key: bytes, cutoff: float) -> bool:
+        """Delete a run idle since before ``cutoff`` from one partition's
+        database (re-checked right before deleting, with no await in
+        between) and send its changelog tombstone to the same partition."""
+        store = self.table.data
+        db = store._dbs.get(partition)
+        if db is None:
+            return False
+        current = db.get(key)
+        if current is None:
+            return False
+        try:
+            if touched_at(current) >= cutoff:
+                return False
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        db.delete(key)
+        store._key_index.pop(key, None)
+        future = await self.app.producer.send(self.changelog, key, None, partition, None, None)
+        future.add_done_callback(self._persist_offset)
+        return True
+
+
+class Chunk:
+    """Events taken in a row, finished together: their verdicts and dead
+    letters must be acknowledged by the broker before the states they left
+    are written and the events themselves are acknowledged to Faust."""
+
+    __slots__ = ("events", "sent", "touched", "snapshots", "started")
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.events: list[EventT] = []
+        self.sent: list[Awaitable[Any]] = []
+        # (partition, run key) -> [event, live entry, dirty]
+        self.touched: dict[tuple[int, bytes], list[Any]] = {}
+        self.snapshots: list[tuple[EventT, bytes, bytes]] = []
+
+
+class Processor:
+    """State and behaviour of the agent; one per worker process.
+
+    The agent takes events one at a time with acknowledgements off
+    (``stream.noack()``), applies the engine at once and sends the verdicts
+    without waiting. Events accumulate in the open *chunk*; a finisher task
+    closes it whenever it is free (snapshotting the states the chunk left,
+    as bytes), waits until the broker has acknowledged every message the
+    chunk sent, writes the snapshots to the table, and only then acknowledges
+    the chunk's events to Faust (which commits offsets only of acknowledged
+    events). While a chunk waits for its acknowledgements the agent keeps
+    going into the next one, so waiting for the broker costs latency, not
+    throughput. The newest state of every run in flight is kept in memory
+    (``live``) so later events of the run see it.
+    """
+
+    def __init__(self, app: faust.App, settings: Settings, config: FleetConfig, table: Any) -> None:
+        self.app = app
+        self.settings = settings
+        self.config = config
+        self.runs = RunTable(app, table)
+        self.decisions = settings.topics.decisions
+        self.deadletter = settings.topics.deadletter
+        self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
+        self.counts: Counter[str] = Counter()
+        self._reported: dict[str, int] = {}
+        # (partition, run key) -> [StoredRun, chunk that touched it last]
+        self.live: dict[tuple[int, bytes], list[Any]] = {}
+        self.open = Chunk()
+        self.closed: deque[Chunk] = deque()
+        self.in_flight = 0
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._transactional: dict[int, str] = {}
+        # Prometheus metrics (streams/metrics.py) only when the web server
+        # that serves them is on: no per-event cost otherwise.
+        self.metrics: Any = None
+        if settings.web_port is not None:
+            from streams.metrics import METRICS
+
+            self.metrics = METRICS
+
+    # -- the agent ---------------------------------------------------------
+
+    async def agent(self, stream: faust.StreamT) -> None:
+        manual = stream.noack()  # events are acknowledged by the finisher only
+        finisher = asyncio.ensure_future(self._finisher(manual))
+        limit = self.settings.max_in_flight
+        try:
+            async for event in manual.events():
+                if finisher.done():
+                    finisher.result()  # re-raise what stopped it
+                await self.take(event)
+                if len(self.open.events) >= self.settings.batch_size:
+                    self._close_open()
+                if self.in_flight >= limit:
+                    self._drained.clear()
+                    await self._drained.wait()
+        finally:
+            # Faust waits for every taken event to be acknowledged before it
+            # stops or rebalances, so normally nothing is in flight here; if
+            # something is, it stays unacknowledged and is redelivered.
+            finisher.cancel()
+
+    async def take(self, event: EventT) -> None:
+        """Decode, apply, send; the event joins the open chunk."""
+        chunk = self.open
+        message = event.message
+        raw = message.value
+        metrics = self.metrics
+        if metrics is not None:
+            started = time.perf_counter()
+            metrics.offset_seen(message.topic, message.partition, message.offset, self.app.consumer.highwater(message.tp))
+        tid = self._transactional_id(message.partition) if self.exactly_once else None
+        chunk.events.append(event)
+        self.in_flight += 1
+        if len(chunk.events) == 1:
+            self._wake.set()
+        try:
+            if not raw:
+                raise BadEvent("empty message: no value")
+            if len(raw) > self.settings.max_event_bytes:
+                raise BadEvent(f"event too large: {len(raw)} bytes (limit {self.settings.max_event_bytes})")
+            decoded = decode_event(raw)
+            if decoded.seq > MAX_SEQ:
+                raise BadEvent(f"invalid event: seq {decoded.seq} is out of range (at most 2**63-1) - at `$.seq`")
+            if len(decoded.run_id) > MAX_FIELD_CHARS:
+                raise BadEvent(f"invalid event: run_id longer than {MAX_FIELD_CHARS} characters - at `$.run_id`")
+            key = decoded.run_id.encode()
+            if message.key != key:
+                raise BadEvent(f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}")
+            slot = (message.partition, key)
+            entry = self.live.get(slot)
+            if entry is None:
+                entry = self.live[slot] = [self._load(event, key), chunk]
+            try:
+                outcome = apply_safely(entry[0].state, decoded, self.config)
+            except BadEvent:
+                raise
+            except Exception as exc:  # an engine bug must not stop the fleet
+                log.exception(
+                    "engine failed on an event",
+                    extra={"fields": {"event": "engine_error", "run_id": decoded.run_id, "seq": decoded.seq}},
+                )
+                raise BadEvent(f"engine error: {type(exc).__name__}: {exc}") from None
+        except BadEvent as exc:
+            chunk.sent.append(await self._dead_letter(message, str(exc), tid))
+            return
+        entry[1] = chunk
+        touched = chunk.touched.get(slot)
+        if touched is None:
+            touched = chunk.touched[slot] = [event, entry, False]
+        self.counts["events"] += 1
+        if metrics is not None:
+            metrics.outcome(type(decoded).__struct_config__.tag, outcome)
+            metrics.processed(time.perf_counter() - started)
+        if outcome.duplicate:
+            self.counts["duplicates"] += 1
+            return
+        entry[0].state = outcome.state
+        touched[0] = event
+        touched[2] = True
+        for verdict in outcome.verdicts:
+            data = encode_verdict(verdict)
+            if len(data) > MAX_VERDICT_BYTES:
+                data = self._shrunk(verdict, len(data))
+            chunk.sent.append(
+                await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
+            )
+            self.counts["verdicts"] += 1
+            if verdict.decision != "allow":
+                self._log_verdict(verdict)
+        if outcome.armed:
+            self.counts["guards_armed"] += 1
+            logs.event(
+                log,
+                logging.INFO,
+                f"post-compaction guard armed for {outcome.armed} attempts",
+                event="guard_armed",
+                run_id=decoded.run_id,
+                seq=decoded.seq,
+                attempts=outcome.armed,
+            )
+
+    def _load(self, event: EventT, key: bytes) -> StoredRun:
+        data = self.runs.get(event, key)
+        if data is None:
+            return StoredRun(0.0, RunState())
+        try:
+            return decode_stored(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Not written by this version: start the run afresh rather than
+            # stop every run of the partition behind it.
+            self.counts["states_unreadable"] += 1
+            logs.event(
+                log, logging.ERROR, "stored run state unreadable; starting the run afresh",
+                event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
+            )  # fmt: skip
+            return StoredRun(0.0, RunState())
+
+    def _close_open(self) -> None:
+        """Snapshot the states the open chunk left and queue it."""
+        chunk, self.open = self.open, Chunk()
+        now = time.time()
+        for (_partition, key), (event, entry, dirty) in chunk.touched.items():
+            if dirty:
+                stored = entry[0]
+                stored.touched = now
+                chunk.snapshots.append((event, key, self._encode_state(key, stored)))
+        self.closed.append(chunk)
+
+    def _encode_state(self, key: bytes, stored: StoredRun) -> bytes:
+        """The stored run's bytes; a state that cannot be stored (too large
+        for one message) keeps only its last seq, so the worker never stalls
+        on one pathological run."""
+        try:
+            data = encode_stored(stored)
+            if len(data) <= MAX_STATE_BYTES:
+                return data
+            problem = f"{len(data)} bytes (limit {MAX_STATE_BYTES})"
+        except (OverflowError, TypeError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        self.counts["states_reset"] += 1
+        logs.event(
+            log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
+            event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
+        )  # fmt: skip
+        stored.state = RunState(last_seq=stored.state.last_seq)
+        return encode_stored(stored)
+
+    def _shrunk(self, verdict: Verdict, size: int) -> bytes:
+        """A verdict too large for one message, with its long strings cut."""
+        self.counts["verdicts_shrunk"] += 1
+        logs.event(
+            log, logging.ERROR, "verdict too large; long fields shortened",
+            event="verdict_shrunk", run_id=verdict.run_id[:200], seq=verdict.seq, size=size,
+        )  # fmt: skip
+        changes = {}
+        for name in ("run_id", "tool_call_id", "tool_name", "message", "warning_key", "paired_tool_name"):
+            value = getattr(verdict, name)
+            if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+                changes[name] = value[:MAX_FIELD_CHARS] + "…[truncated]"
+        return encode_verdict(msgspec.structs.replace(verdict, **changes))
+
+    async def _finisher(self, stream: faust.StreamT) -> None:
+        try:
+            while True:
+                if not self.closed:
+                    if not self.open.events:
+                        self._wake.clear()
+                        await self._wake.wait()
+                        continue
+                    self._close_open()
+                chunk = self.closed[0]
+                if chunk.sent:
+                    # Delivery acknowledged by the broker (acks=all) before any
+                    # state is written: the table never gets ahead of the
+                    # published verdicts.
+                    await asyncio.gather(*chunk.sent)
+                written = await self._write(chunk)
+                if written:
+                    # The changelog holds the states before the events are
+                    # acknowledged, so a worker that takes the partition over
+                    # restores at least what the committed offsets imply.
+                    await asyncio.gather(*written)
+                for event in chunk.events:
+                    await stream.ack(event)
+                self.closed.popleft()
+                if self.metrics is not None:
+                    self.metrics.batch(time.perf_counter() - chunk.started)
+                self.in_flight -= len(chunk.events)
+                self.counts["chunks"] += 1
+                self._drained.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            # Verdicts could not be delivered (or the table refused a write):
+            # nothing of this chunk was acknowledged, so exiting now makes
+            # Kafka redeliver it; going on could commit past it.
+            log.critical(
+                "cannot finish a batch; exiting so that its events are redelivered",
+                exc_info=exc,
+                extra={"fields": {"event": "fatal", "error": type(exc).__name__}},
+            )
+            logging.shutdown()
+            os._exit(70)
+
+    async def _write(self, chunk: Chunk) -> list[Awaitable[Any]]:
+        put = self.runs.put
+        written = [await put(event, key, data) for event, key, data in chunk.snapshots]
+        live = self.live
+        for slot, (_event, entry, _dirty) in chunk.touched.items():
+            if entry[1] is chunk and live.get(slot) is entry:
+                del live[slot]  # no later chunk uses it: the table has it now
+        return written
+
+    def _transactional_id(self, partition: int) -> str:
+        tid = self._transactional.get(partition)
+        if tid is None:
+            group = self.app.assignor.group_for_topic(self.settings.topics.events)
+            tid = self._transactional[partition] = f"{self.app.conf.id}-{group}-{partition}"
+        return tid
+
+    async def _dead_letter(self, message: Any, reason: str, tid: str | None) -> Awaitable[Any]:
+        kind = refusal_kind(reason)
+        if self.metrics is not None:
+            self.metrics.deadletter(kind)
+        self.counts["deadlettered"] += 1
+        self.counts[f"deadlettered.{kind}"] += 1
+        logs.event(
+            log,
+            logging.WARNING,
+            "event dead-lettered",
+            event="deadletter",
+            kind=kind,
+            reason=reason[:300],
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+        )
+        headers = [
+            (H_REASON, reason.encode("utf-8", "replace")),
+            (H_KIND, kind.encode()),
+            (H_TOPIC, str(message.topic).encode()),
+            (H_PARTITION, str(message.partition).encode()),
+            (H_OFFSET, str(message.offset).encode()),
+        ]
+        try:
+            return await self.app.producer.send(
+                self.deadletter, message.key, message.value, None, None, headers, transactional_id=tid
+            )
+        except Exception as exc:  # e.g. larger than the producer may send
+            self.counts["deadletter_failed"] += 1
+            logs.event(
+                log, logging.ERROR, "cannot dead-letter an event; it stays only in its source topic",
+                event="deadletter_failed", topic=message.topic, partition=message.partition,
+                offset=message.offset, error=f"{type(exc).__name__}: {exc}"[:300],
+            )  # fmt: skip
+            return _done()
+
+    def _log_verdict(self, verdict: Verdict) -> None:
+        decision = verdict.decision
+        self.counts[decision] += 1
+        logs.event(
+            log,
+            logging.ERROR if decision == "abort" else logging.WARNING,
+            {"warn": "warning delivered", "block": "tool call blocked", "abort": "run aborted"}[decision],
+            event=decision,
+            run_id=verdict.run_id,
+            seq=verdict.seq,
+            tool=verdict.tool_name,
+            detector=verdict.detector,
+            count=verdict.count,
+            warning_key=verdict.warning_key,
+        )
+
+    # -- timers ------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Expire runs idle longer than the TTL, in partitions this worker
+        owns as active (never standbys, never while rebalancing)."""
+        if self.app.rebalancing:
+            return 0
+        cutoff = time.time() - self.settings.ttl
+        expired = held = 0
+        for partition in self.runs.active_partitions():
+            for seen, (key, value) in enumerate(self.runs.scan(partition), 1):
+                held += 1
+                if seen % 1024 == 0:
+                    await asyncio.sleep(0)  # a large table does not hold up the agent
+                    if self.app.rebalancing or partition not in self.runs.active_partitions():
+                        break
+                try:
+                    recent = touched_at(value) >= cutoff
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    recent = False  # unreadable: expire it like an idle run
+                if recent or (partition, key) in self.live:
+                    continue  # recent, or in flight right now
+                if await self.runs.expire(partition, key, cutoff):
+                    expired += 1
+            await asyncio.sleep(0)
+        if self.metrics is not None:
+            self.metrics.active_runs.set(held - expired)
+        if expired:
+            self.counts["expired"] += expired
+            logs.event(log, logging.INFO, "idle runs expired", event="expired", runs=expired, ttl=self.settings.ttl)
+        return expired
+
+    async def report(self, final: bool = False) -> None:
+        """A summary line when something happened since the last one."""
+        counts = dict(self.counts)
+        if counts == self._reported and not final:
+            return
+        delta = {k: v - self._reported.get(k, 0) for k, v in counts.items()}
+        self._reported = counts
+        logs.event(
+            log,
+            logging.INFO,
+            "final counts" if final else "processing summary",
+            event="summary",
+            **{k.replace(".", "_"): v for k, v in sorted(counts.items())},
+            **({} if final else {"new_events": delta.get("events", 0)}),
+        )
+
+
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+def _show_key(key: bytes | None) -> str:
+    if key is None:
+        return "(none)"
+    try:
+        return repr(key.decode())
+    except UnicodeDecodeError:
+        return repr(key)
+
+
+def harden_faust(app: faust.App) -> None:
+    """Close two ways the installed Faust can acknowledge (and so commit)
+    events that no agent processed. Both were reproduced with two workers
+    joining one after the other while events were being produced.
+
+    1. ``FlowControlEvent.resume()`` empties the agents' input queues every
+       time it is called. After a rebalance that needs no table recovery,
+       Faust resumes the flow once when recovery ends and again when the
+       stream partitions are resumed; events fetched in between are dropped
+       from the queue. For a partition with a committed offset the consumer
+       seeks back and fetches them again, but aiokafka only seeks when the
+       committed offset is above 0, so for a partition with no commit yet
+       they are never fetched again, and the next commit passes over them.
+       Here ``resume()`` only empties the queues when the flow really was
+       suspended (which is when they can hold events of an old generation).
+       Events fetched twice are harmless: the engine ignores a seq it has
+       already seen.
+    2. An event fetched under an older consumer generation reaches the stream
+       after the rebalance, is skipped and acknowledged; the acknowledged
+       offset can then be committed before the same offset, fetched again,
+       is processed. Here acknowledgements of events of an older generation
+       are ignored (every event this worker processed under the old
+       generation was acknowledged before the rebalance finished: Faust
+       waits for that).
+    3. The consumer also drops records it fetched while the flow was
+       suspended (during a rebalance) and then "seeks back to the committed
+       offsets" to fetch them again; but aiokafka's ``seek_to_committed``
+       does not move a partition whose committed offset is missing or 0, so
+       for a partition nothing was committed for yet those records are
+       gone. Here such partitions are sought to their beginning, which is
+       what ``auto_offset_reset="earliest"`` means for them anyway.
+    """
+    flow = app.flow_control
+    if not getattr(flow, "_loopwarden_hardened", False):
+        original_resume = flow.resume
+
+        def resume() -> None:
+            if flow.is_active():
+                return  # nothing was suspended: keep what is queued
+            original_resume()
+
+        flow.resume = resume  # type: ignore[method-assign]
+        flow._loopwarden_hardened = True  # type: ignore[attr-defined]
+
+    from faust.transport.consumer import Consumer
+
+    if not getattr(Consumer, "_loopwarden_hardened", False):
+        original_ack = Consumer.ack
+
+        def ack(self: Any, message: Any) -> bool:
+            generation = getattr(message, "generation_id", None)
+            if generation is not None and generation != self.app.consumer_generation_id:
+                return False  # fetched again under the current generation
+            return original_ack(self, message)
+
+        Consumer.ack = ack  # type: ignore[method-assign]
+        Consumer._loopwarden_hardened = True  # type: ignore[attr-defined]
+
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    if not getattr(AIOKafkaConsumerThread, "_loopwarden_hardened", False):
+
+        async def seek_to_committed(self: Any) -> Any:
+            consumer = self._ensure_consumer()
+
+            async def seek() -> Any:
+                committed = await consumer.seek_to_committed()
+                uncommitted = [tp for tp, offset in committed.items() if not offset]
+                if uncommitted:
+                    await consumer.seek_to_beginning(*uncommitted)
+                return committed
+
+            return await self.call_thread(seek)
+
+        AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+        AIOKafkaConsumerThread._loopwarden_hardened = True  # type: ignore[attr-defined]
+
+
+def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[faust.App, Processor]:
+    """The Faust app with its topic, table, agent and timers."""
+    app = faust.App(
+        settings.app_id,
+        broker=settings.broker_url,
+        autodiscover=False,
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        processing_guarantee=settings.processing_guarantee,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=events_partitions,
+        topic_replication_factor=settings.topics.replication_factor,
+        topic_disable_leader=True,
+        table_standby_replicas=settings.standby_replicas,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=settings.heartbeat_interval,
+        broker_commit_interval=settings.commit_interval,
+        stream_recovery_delay=settings.recovery_delay,
+        consumer_auto_offset_reset="earliest",
+        producer_linger_ms=settings.linger_ms,
+        producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
+        web_enabled=settings.web_port is not None,
+        web_port=settings.web_port or 6066,
+        web_host="127.0.0.1",
+    )
+    events = app.topic(
+        settings.topics.events,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=events_partitions,
+    )
+    table = app.Table(
+        TABLE_NAME,
+        key_type=bytes,  # bytes types mean the "raw" serializer: no codec work
+        value_type=bytes,
+        partitions=events_partitions,
+        help="per-run loop-detection state (StoredRun, msgpack)",
+        options={
+            "write_buffer_size": 16 * 1024 * 1024,
+            "max_write_buffer_number": 2,
+            "block_cache_size": 64 * 1024 * 1024,
+            "block_cache_compressed_size": 0,
+        },
+    )
+    harden_faust(app)
+    if settings.web_port is not None:
+        from streams.metrics import install as install_metrics
+
+        install_metrics(app)  # GET /metrics on the web server
+    processor = Processor(app, settings, config, table)
+    app.agent(events, name="loopwarden.process")(processor.agent)
+    # Timer functions take no argument: Faust passes the app to one that does.
+    async def sweep() -> None:
+        await processor.sweep()
+
+    async def report() -> None:
+        await processor.report()
+
+    app.timer(settings.effective_sweep_interval, name="loopwarden.sweep")(sweep)
+    app.timer(settings.stats_interval, name="loopwarden.report")(report)
+
+    @app.on_before_shutdown.connect
+    async def _final_counts(sender: Any, **kwargs: Any) -> None:
+        await processor.report(final=True)
+
+    @app.on_partitions_assigned.connect
+    async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:
+        mine = sorted(tp.partition for tp in app.assignor.assigned_actives() if tp.topic == settings.topics.events)
+        logs.event(
+            log, logging.INFO, "partitions assigned", event="assigned",
+            topic=settings.topics.events, partitions=",".join(map(str, mine)) or "none",
+        )  # fmt: skip
+
+    return app, processor
+
+
+def run_worker(settings: Settings) -> int:
+    """``loopwarden worker``: load config, make topics, run until stopped.
+
+    Returns the process exit code; a config error raises ConfigError (the CLI
+    turns it into exit 2) before anything connects to Kafka.
+    """
+    from streams.configfile import load_config
+    from streams.topics import TopicError, describe_partitions, ensure_topics
+
+    logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
+    resolved = load_config(settings.config_path)
+    for note in resolved.notes:
+        logs.event(log, logging.WARNING, note, event="config_corrected")
+    try:
+        if settings.create_topics:
+            states = ensure_topics(settings.bootstrap, settings.topics)
+            for state in states:
+                if state.created:
+                    logs.event(
+                        log, logging.INFO, "topic created", event="topic_created",
+                        topic=state.name, partitions=state.partitions,
+                    )  # fmt: skip
+            partitions = states[0].partitions
+        else:
+            found = describe_partitions(settings.bootstrap, [settings.topics.events])
+            if settings.topics.events not in found:
+                raise TopicError(f"events topic {settings.topics.events} does not exist (and --no-create-topics)")
+            partitions = found[settings.topics.events]
+    except TopicError as exc:
+        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+        return 1
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.processing_guarantee == EXACTLY_ONCE:
+        logs.event(
+            log, logging.WARNING,
+            "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
+            event="guarantee",
+        )  # fmt: skip
+    app, _processor = create_app(settings, resolved.config, partitions)
+    logs.event(
+        log,
+        logging.INFO,
+        "worker starting",
+        event="starting",
+        app_id=settings.app_id,
+        bootstrap=settings.bootstrap,
+        events=settings.topics.events,
+        decisions=settings.topics.decisions,
+        deadletter=settings.topics.deadletter,
+        partitions=partitions,
+        guarantee=settings.processing_guarantee,
+        standby_replicas=settings.standby_replicas,
+        ttl=settings.ttl,
+        data_dir=str(settings.data_dir),
+        config=settings.config_path or os.environ.get("LOOPWARDEN_CONFIG") or "(defaults)",
+    )
+    from faust.worker import Worker
+
+    worker = Worker(
+        app,
+        loglevel=settings.loglevel,
+        quiet=True,
+        override_logging=False,
+        redirect_stdouts=False,
+    )
+    worker.spinner = None  # no terminal animation: the log is the interface
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

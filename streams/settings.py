@@ -1,0 +1,303 @@
+"""Typed settings of the stream processor, from command-line options and the
+environment (an option given on the command line wins over its variable).
+
+Nothing here imports Faust: the CLI builds a ``Settings`` first and only then
+loads the stream stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
+DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
+APP_ID_ENV = "LOOPWARDEN_APP_ID"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+EVENTS_TOPIC = "loopwarden.events"
+DECISIONS_TOPIC = "loopwarden.decisions"
+DEADLETTER_TOPIC = "loopwarden.deadletter"
+DEFAULT_PARTITIONS = 12
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``1h``, ``250ms``."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 15m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Names and partition counts of the three topics the project owns."""
+
+    events: str = EVENTS_TOPIC
+    decisions: str = DECISIONS_TOPIC
+    deadletter: str = DEADLETTER_TOPIC
+    partitions: int = DEFAULT_PARTITIONS
+    decisions_partitions: int | None = None  # None: same as the events topic
+    deadletter_partitions: int | None = None  # None: same as the events topic
+    replication_factor: int = 1
+
+    def plan(self) -> list[tuple[str, int]]:
+        """(name, partitions) of each topic, events first."""
+        return [
+            (self.events, self.partitions),
+            (self.decisions, self.decisions_partitions or self.partitions),
+            (self.deadletter, self.deadletter_partitions or self.partitions),
+        ]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``loopwarden worker`` needs besides the loop-detection config."""
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    config_path: str | None = None
+    app_id: str = "loopwarden"
+    topics: Topics = field(default_factory=Topics)
+    data_dir: Path = Path("data/worker")
+    standby_replicas: int = 1
+    ttl: float = 3600.0
+    sweep_interval: float | None = None  # None: derived from the TTL
+    processing_guarantee: str = AT_LEAST_ONCE
+    batch_size: int = 2000
+    max_in_flight: int = 20000
+    linger_ms: int = 5
+    max_event_bytes: int = 1024 * 1024
+    session_timeout: float = 30.0
+    heartbeat_interval: float = 3.0
+    commit_interval: float = 2.8
+    recovery_delay: float = 0.5
+    stats_interval: float = 60.0
+    create_topics: bool = True
+    web_port: int | None = None
+    loglevel: str = "info"
+    log_format: str = "logfmt"
+    faust_loglevel: str = "warning"
+
+    @property
+    def broker_url(self) -> str:
+        return ",".join(f"kafka://{server.strip()}" for server in self.bootstrap.split(",") if server.strip())
+
+    @property
+    def effective_sweep_interval(self) -> float:
+        """How often idle runs are looked for: a tenth of the TTL, 1 s to 60 s."""
+        if self.sweep_interval is not None:
+            return self.sweep_interval
+        return min(60.0, max(1.0, self.ttl / 10.0))
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def default_bootstrap(value: str | None = None) -> str:
+    return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def add_topic_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("topics")
+    group.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"input topic (default {EVENTS_TOPIC})")
+    group.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"verdict topic (default {DECISIONS_TOPIC})")
+    group.add_argument(
+        "--deadletter-topic", default=DEADLETTER_TOPIC, help=f"refused events (default {DEADLETTER_TOPIC})"
+    )
+    group.add_argument(
+        "--partitions",
+        type=positive_int,
+        default=DEFAULT_PARTITIONS,
+        help=f"partitions of the events topic when it is created (default {DEFAULT_PARTITIONS})",
+    )
+    group.add_argument("--decisions-partitions", type=positive_int, help="default: same as --partitions")
+    group.add_argument("--deadletter-partitions", type=positive_int, help="default: same as --partitions")
+    group.add_argument("--replication-factor", type=positive_int, default=1, help="for created topics (default 1)")
+
+
+def topics_from_args(args: argparse.Namespace) -> Topics:
+    return Topics(
+        events=args.events_topic,
+        decisions=args.decisions_topic,
+        deadletter=args.deadletter_topic,
+        partitions=args.partitions,
+        decisions_partitions=args.decisions_partitions,
+        deadletter_partitions=args.deadletter_partitions,
+        replication_factor=args.replication_factor,
+    )
+
+
+def add_worker_options(parser: argparse.ArgumentParser) -> None:
+    """Options of ``loopwarden worker`` (and ``loopwarden up``) beyond topics."""
+    parser.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    parser.add_argument(
+        "--app-id",
+        help=f"consumer group and table namespace (default ${APP_ID_ENV} or loopwarden)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"where RocksDB keeps the run tables (default ${DATA_DIR_ENV} or ./data/worker)",
+    )
+    parser.add_argument(
+        "--standby-replicas",
+        type=non_negative_int,
+        default=1,
+        help="warm copies of each table partition kept by other workers (default 1)",
+    )
+    parser.add_argument(
+        "--ttl", type=duration, default=3600.0, help="expire runs idle this long (default 1h; e.g. 30m, 2h)"
+    )
+    parser.add_argument("--sweep-interval", type=duration, help="how often to expire idle runs (default TTL/10, 1s-60s)")
+    parser.add_argument(
+        "--processing-guarantee",
+        choices=(AT_LEAST_ONCE, EXACTLY_ONCE),
+        default=AT_LEAST_ONCE,
+        help="at_least_once (default; see docs/PROCESSING.md) or Kafka transactions",
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=2000, help="max events finished together (default 2000)"
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=positive_int,
+        default=20000,
+        help="max events taken but not yet finished before the agent waits (default 20000)",
+    )
+    parser.add_argument(
+        "--linger",
+        type=duration,
+        default=0.005,
+        help="producer batching delay for verdicts (default 5ms; 0 sends at once at a CPU cost)",
+    )
+    parser.add_argument(
+        "--max-event-bytes",
+        type=positive_int,
+        default=1024 * 1024,
+        help="larger events are dead-lettered (default 1 MiB)",
+    )
+    parser.add_argument("--session-timeout", type=duration, default=30.0, help="consumer group session (default 30s)")
+    parser.add_argument("--heartbeat-interval", type=duration, default=3.0, help="consumer heartbeat (default 3s)")
+    parser.add_argument("--commit-interval", type=duration, default=2.8, help="offset commit interval (default 2.8s)")
+    parser.add_argument(
+        "--recovery-delay", type=duration, default=0.5, help="wait after a rebalance before table recovery (default 0.5s)"
+    )
+    parser.add_argument("--stats-interval", type=duration, default=60.0, help="summary log line period (default 60s)")
+    parser.add_argument(
+        "--no-create-topics", action="store_true", help="do not create missing topics at start-up"
+    )
+    parser.add_argument("--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)")
+    parser.add_argument("-l", "--loglevel", default="info", help="debug, info, warning, error (default info)")
+    parser.add_argument("--log-format", choices=("logfmt", "json"), default="logfmt", help="default logfmt")
+    parser.add_argument(
+        "--faust-loglevel", default="warning", help="level of faust/aiokafka's own loggers (default warning)"
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return Settings(
+        bootstrap=default_bootstrap(args.bootstrap),
+        config_path=args.config,
+        app_id=args.app_id or os.environ.get(APP_ID_ENV) or "loopwarden",
+        topics=topics_from_args(args),
+        data_dir=(args.data_dir or Path(os.environ.get(DATA_DIR_ENV) or "data/worker")).resolve(),
+        standby_replicas=args.standby_replicas,
+        ttl=args.ttl,
+        sweep_interval=args.sweep_interval,
+        processing_guarantee=args.processing_guarantee,
+        batch_size=args.batch_size,
+        max_in_flight=args.max_in_flight,
+        linger_ms=int(round(args.linger * 1000)),
+        max_event_bytes=args.max_event_bytes,
+        session_timeout=args.session_timeout,
+        heartbeat_interval=args.heartbeat_interval,
+        commit_interval=args.commit_interval,
+        recovery_delay=args.recovery_delay,
+        stats_interval=args.stats_interval,
+        create_topics=not args.no_create_topics,
+        web_port=args.web_port,
+        loglevel=args.loglevel,
+        log_format=args.log_format,
+        faust_loglevel=args.faust_loglevel,
+    )
+
+
+def worker_argv(settings: Settings) -> list[str]:
+    """``loopwarden worker`` options that reproduce these settings (for a
+    worker started as a subprocess, e.g. by ``loopwarden up``)."""
+    topics = settings.topics
+    argv = [
+        "--bootstrap", settings.bootstrap,
+        "--app-id", settings.app_id,
+        "--events-topic", topics.events,
+        "--decisions-topic", topics.decisions,
+        "--deadletter-topic", topics.deadletter,
+        "--partitions", str(topics.partitions),
+        "--replication-factor", str(topics.replication_factor),
+        "--data-dir", str(settings.data_dir),
+        "--standby-replicas", str(settings.standby_replicas),
+        "--ttl", f"{settings.ttl}s",
+        "--processing-guarantee", settings.processing_guarantee,
+        "--batch-size", str(settings.batch_size),
+        "--max-in-flight", str(settings.max_in_flight),
+        "--linger", f"{settings.linger_ms}ms",
+        "--max-event-bytes", str(settings.max_event_bytes),
+        "--session-timeout", f"{settings.session_timeout}s",
+        "--heartbeat-interval", f"{settings.heartbeat_interval}s",
+        "--commit-interval", f"{settings.commit_interval}s",
+        "--recovery-delay", f"{settings.recovery_delay}s",
+        "--stats-interval", f"{settings.stats_interval}s",
+        "--loglevel", settings.loglevel,
+        "--log-format", settings.log_format,
+        "--faust-loglevel", settings.faust_loglevel,
+    ]  # fmt: skip
+    if topics.decisions_partitions:
+        argv += ["--decisions-partitions", str(topics.decisions_partitions)]
+    if topics.deadletter_partitions:
+        argv += ["--deadletter-partitions", str(topics.deadletter_partitions)]
+    if settings.config_path:
+        argv += ["--config", settings.config_path]
+    if settings.sweep_interval is not None:
+        argv += ["--sweep-interval", f"{settings.sweep_interval}s"]
+    if not settings.create_topics:
+        argv.append("--no-create-topics")
+    if settings.web_port is not None:
+        argv += ["--web-port", str(settings.web_port)]
+    return argv
