@@ -11,8 +11,16 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, Struct
 
-RunId = Annotated[str, Meta(min_length=1, description="Agent run id; also the Kafka message key.")]
-Seq = Annotated[int, Meta(ge=0, description="Grows within a run; a seq not above the last one seen is a duplicate.")]
+MAX_ID_CHARS = 4096
+"""Bound on every id and hash string, so one event cannot bloat a run's stored state."""
+
+RunId = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, description="Agent run id; also the Kafka message key.")]
+Seq = Annotated[
+    int,
+    Meta(ge=0, le=2**63 - 1, description="Grows within a run; a seq not above the last one seen is a duplicate."),
+]
+Id = Annotated[str, Meta(max_length=MAX_ID_CHARS)]
+ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Timestamp = float | str | None
 
 
@@ -21,12 +29,12 @@ class ToolCall(Struct, tag="tool_call", tag_field="type", kw_only=True):
 
     run_id: RunId
     seq: Seq
-    tool_call_id: str
-    tool_name: Annotated[str, Meta(min_length=1)]
+    tool_call_id: Id
+    tool_name: ToolName
     args: Any = UNSET
-    args_hash: str | None = None
-    agent_id: str | None = None
-    session_key: str | None = None
+    args_hash: Id | None = None
+    agent_id: Id | None = None
+    session_key: Id | None = None
     ts: Timestamp = None
 
 
@@ -35,14 +43,14 @@ class ToolResult(Struct, tag="tool_result", tag_field="type", kw_only=True):
 
     run_id: RunId
     seq: Seq
-    tool_call_id: str
-    tool_name: Annotated[str, Meta(min_length=1)]
+    tool_call_id: Id
+    tool_name: ToolName
     args: Any = UNSET
-    args_hash: str | None = None
+    args_hash: Id | None = None
     result: Any = UNSET
     error: Any = UNSET
-    result_hash: str | None = None
-    unknown_tool_name: str | None = None
+    result_hash: Id | None = None
+    unknown_tool_name: Id | None = None
     ts: Timestamp = None
 
 
@@ -51,7 +59,7 @@ class Compaction(Struct, tag="compaction", tag_field="type", kw_only=True):
 
     run_id: RunId
     seq: Seq
-    agent_id: str | None = None
+    agent_id: Id | None = None
     ts: Timestamp = None
 
 

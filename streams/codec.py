@@ -4,6 +4,7 @@ state to and from RocksDB. Every refusal says what was wrong and where."""
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 import msgspec
 
@@ -25,8 +26,29 @@ _state_decoder = msgspec.msgpack.Decoder(RunState)
 _BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
 
 
+MAX_DEPTH = 256
+"""Deepest nesting accepted in an event. Checked on the bytes, so the answer
+does not depend on how deep the caller's own stack already is."""
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [1 if b in b"[{" else -1 for b in range(256)]
+
+
+def _too_deep(data: bytes) -> bool:
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+        return False  # cheap and the common case: cannot be that deep
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > MAX_DEPTH
+
+
 def decode_event(data: bytes | str) -> Event:
     """One event from its JSON bytes; raises BadEvent with a readable reason."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if _too_deep(data):
+        raise BadEvent(f"not a JSON event: nested deeper than {MAX_DEPTH} levels")
     try:
         return _event_decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -41,8 +63,6 @@ def decode_event(data: bytes | str) -> Event:
         raise BadEvent(f"invalid event: {text}") from None
     except msgspec.DecodeError as exc:
         raise BadEvent(f"not a JSON event: {exc}") from None
-    except RecursionError:
-        raise BadEvent("not a JSON event: nested too deeply") from None
 
 
 def encode_verdict(verdict: Verdict) -> bytes:

@@ -36,8 +36,8 @@ VOLATILE_SEND_KEYS = frozenset(
 # JavaScript's String#trim set; Python's str.strip also strips \x1c-\x1f.
 _JS_WHITESPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 _UNKNOWN_TOOL = (
-    re.compile(r"(?i:unknown tool)[:\s]+[\"']?([A-Za-z0-9_.-]+)"),
-    re.compile(r"(?i:tool)\s+[\"']?([A-Za-z0-9_.-]+)[\"']?\s+(?i:not found|is not available)"),
+    re.compile(r"(?i:unknown tool)[:\s]+[\"']?([A-Za-z0-9_.-]{1,256})"),
+    re.compile(r"(?i:tool)\s+[\"']?([A-Za-z0-9_.-]{1,256})[\"']?\s+(?i:not found|is not available)"),
 )
 
 
