@@ -7,6 +7,7 @@ healthy run costs a few steps per call whatever historySize is.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from schemas.config import LoopDetectionConfig
@@ -76,14 +77,14 @@ def ping_pong(history: list[Record], signature: str) -> PingPong:
         if history[i].args_hash != last_sig:
             other_sig = history[i].args_hash
             break
-    if other_sig is None:
-        return _NO_PING_PONG
+    if other_sig is None or signature != other_sig:
+        return _NO_PING_PONG  # the usual case: this call cannot extend an alternation
     tail = 0
     for record in reversed(history):
         if record.args_hash != (last_sig if tail % 2 == 0 else other_sig):
             break
         tail += 1
-    if tail < 2 or signature != other_sig:
+    if tail < 2:
         return _NO_PING_PONG
     results: dict[str, str] = {}
     no_progress = True
@@ -93,6 +94,9 @@ def ping_pong(history: list[Record], signature: str) -> PingPong:
             no_progress = False
             break
     return PingPong(tail + 1, last.tool, last_sig, no_progress and len(results) == 2)
+
+
+_args_hash_of = attrgetter("args_hash")
 
 
 def _utf16(text: str) -> bytes:
@@ -114,8 +118,11 @@ def detect(
             f"unknown-tool:{tool}:{unknown_name}",
         )
 
-    same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
-    streak, latest = no_progress_streak(same_call)
+    if signature in map(_args_hash_of, history):
+        same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
+        streak, latest = no_progress_streak(same_call)
+    else:  # a call not seen in the window: nothing to count
+        same_call, streak, latest = [], 0, None
     if streak >= cfg.global_circuit_breaker_threshold:
         return Detection(
             "critical",
@@ -146,7 +153,7 @@ def detect(
                 f"poll:{tool}:{signature}:{latest}",
             )
 
-    if cfg.ping_pong:
+    if cfg.ping_pong and len(history) + 1 >= cfg.warning_threshold:
         pp = ping_pong(history, signature)
         if pp.count >= cfg.warning_threshold:
             if pp.paired_signature is not None:

@@ -64,6 +64,16 @@ def js_number(value: float) -> str:
 
 def _float_hook(text: str) -> Any:
     value = float(text)
+    spelled = repr(value)
+    if "e" not in spelled and "n" not in spelled:
+        # Python's fixed notation (1e-4 <= |x| < 1e16) lies inside JavaScript's,
+        # and both print the shortest round-tripping digits: only a trailing
+        # ".0" (and the sign of zero) differ.
+        if spelled.endswith(".0"):
+            spelled = spelled[:-2]
+            if spelled == "-0":
+                spelled = "0"
+        return msgspec.Raw(spelled.encode())
     if math.isfinite(value):
         return msgspec.Raw(js_number(value).encode())
     # An overflowing literal parses to Infinity; the reference's stable stringify
