@@ -1,0 +1,349 @@
+"""Engine throughput (events/s) and per-event latency (p50/p99), in process.
+
+    .venv/bin/python -m bench.engine_bench                      # 5000 runs, 200,000 events, 5 repetitions
+    .venv/bin/python -m bench.engine_bench --events 50000 --repeat 3 --pin 1
+
+For each trace variant (precomputed hashes, raw payloads) and each stage:
+
+- decode          `streams.codec.decode_event(line)` for every line
+- apply           `streams.engine.apply(state, event, config)` on events decoded beforehand
+- decode+apply    both, line by line, as a consumer does
+- replay          `streams.replay.replay(lines, ...)`: decode + apply + verdict encoding
+
+Throughput passes are timed as a whole (no per-event timer) with
+time.perf_counter (wall) and time.process_time (CPU of this process); each
+figure is the MEDIAN over --repeat passes, min and max of the wall figure
+beside it. On a shared, busy machine the CPU figure is the steadier one: it
+leaves out the time the process waited for a core.
+Latency passes time every event with time.perf_counter_ns and report p50/p99
+(median over --latency-repeat passes; the timer's own cost, printed, is
+included). Repetitions interleave the stages, so a slow spell of a shared
+machine hits all of them alike. Every pass starts from empty state.
+
+Before timing, both variants are replayed and their verdicts compared byte
+for byte: precomputed hashes must give exactly the verdicts of raw payloads.
+
+The pre-decoded events of the apply stage are moved out of the garbage
+collector's reach (gc.freeze) so that the harness's own 200,000 objects do not
+slow the engine's collections; the engine itself runs with the collector on.
+
+A JSON record (machine, commit, settings, every sample) goes to bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.fleet_trace import generate_lines
+
+GOALS = {"precomputed": 300_000, "raw": 150_000}
+STAGES = ("decode", "apply", "decode+apply", "replay")
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+OUT_DIR = Path(__file__).resolve().parent / "out"
+
+
+def _engine():
+    from streams.codec import decode_event, encode_verdict
+    from streams.engine import apply
+    from streams.engine.config import parse_config
+    from streams.replay import replay
+
+    return decode_event, encode_verdict, apply, parse_config(CONFIG).config, replay
+
+
+def load_lines(path: str | None, variant: str, args: argparse.Namespace) -> list[bytes]:
+    if path:
+        with open(path, "rb") as f:
+            return [line for line in f if line.strip()]
+    return list(generate_lines(args.runs, args.events, args.seed, variant))
+
+
+def verdicts_of(lines: list[bytes]) -> list[bytes]:
+    decode_event, encode_verdict, apply, config, _ = _engine()
+    states: dict[str, Any] = {}
+    out: list[bytes] = []
+    for line in lines:
+        event = decode_event(line)
+        outcome = apply(states.get(event.run_id), event, config)
+        states[event.run_id] = outcome.state
+        out.extend(encode_verdict(v) for v in outcome.verdicts)
+    return out
+
+
+# ---------------------------------------------------------------- timed passes
+
+
+def pass_decode(lines: list[bytes], events: list[Any]) -> float:
+    decode_event = _engine()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    for line in lines:
+        decode_event(line)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def pass_apply(lines: list[bytes], events: list[Any]) -> float:
+    _, _, apply, config, _ = _engine()
+    states: dict[str, Any] = {}
+    get = states.get
+    t0, c0 = time.perf_counter(), time.process_time()
+    for event in events:
+        states[event.run_id] = apply(get(event.run_id), event, config).state
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def pass_decode_apply(lines: list[bytes], events: list[Any]) -> float:
+    decode_event, _, apply, config, _ = _engine()
+    states: dict[str, Any] = {}
+    get = states.get
+    t0, c0 = time.perf_counter(), time.process_time()
+    for line in lines:
+        event = decode_event(line)
+        states[event.run_id] = apply(get(event.run_id), event, config).state
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def pass_replay(lines: list[bytes], events: list[Any]) -> float:
+    _, _, _, config, replay = _engine()
+    out, err = io.BytesIO(), io.StringIO()
+    t0, c0 = time.perf_counter(), time.process_time()
+    replay(lines, config, out, err)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def lat_decode(lines: list[bytes], events: list[Any]) -> list[int]:
+    decode_event = _engine()[0]
+    clock = time.perf_counter_ns
+    samples = []
+    append = samples.append
+    for line in lines:
+        t0 = clock()
+        decode_event(line)
+        append(clock() - t0)
+    return samples
+
+
+def lat_apply(lines: list[bytes], events: list[Any]) -> list[int]:
+    _, _, apply, config, _ = _engine()
+    states: dict[str, Any] = {}
+    get = states.get
+    clock = time.perf_counter_ns
+    samples = []
+    append = samples.append
+    for event in events:
+        t0 = clock()
+        states[event.run_id] = apply(get(event.run_id), event, config).state
+        append(clock() - t0)
+    return samples
+
+
+def lat_decode_apply(lines: list[bytes], events: list[Any]) -> list[int]:
+    decode_event, _, apply, config, _ = _engine()
+    states: dict[str, Any] = {}
+    get = states.get
+    clock = time.perf_counter_ns
+    samples = []
+    append = samples.append
+    for line in lines:
+        t0 = clock()
+        event = decode_event(line)
+        states[event.run_id] = apply(get(event.run_id), event, config).state
+        append(clock() - t0)
+    return samples
+
+
+THROUGHPUT = {"decode": pass_decode, "apply": pass_apply, "decode+apply": pass_decode_apply, "replay": pass_replay}
+LATENCY = {"decode": lat_decode, "apply": lat_apply, "decode+apply": lat_decode_apply}
+
+
+def percentile(sorted_values: list[int], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return float(sorted_values[index])
+
+
+def timer_overhead_ns() -> float:
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(100_000):
+        t0 = clock()
+        samples.append(clock() - t0)
+    samples.sort()
+    return percentile(samples, 0.5)
+
+
+# ---------------------------------------------------------------- record
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = []
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "affinity": affinity,
+    }
+
+
+def git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "streams", "schemas"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return {}
+    return {"head": head, "engine_dirty": bool(dirty)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.engine_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5000)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--raw", help="read the raw trace from this JSON-lines file instead of generating it")
+    parser.add_argument("--precomputed", help="read the precomputed trace from this file instead of generating it")
+    parser.add_argument("--variants", default="precomputed,raw")
+    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--repeat", type=int, default=5, help="throughput passes per stage (median reported)")
+    parser.add_argument("--latency-repeat", type=int, default=3, help="latency passes per stage")
+    parser.add_argument("--pin", type=int, default=None, help="run on this CPU only")
+    parser.add_argument("--no-check", action="store_true", help="skip the raw == precomputed verdict check")
+    parser.add_argument("--out", help="JSON record path (default bench/out/engine-<UTC time>.json)")
+    parser.add_argument("--label", default="", help="free text stored in the record")
+    args = parser.parse_args(argv)
+    if args.pin is not None:
+        os.sched_setaffinity(0, {args.pin})
+    variants = [v for v in args.variants.split(",") if v]
+    stages = [s for s in args.stages.split(",") if s]
+
+    import streams
+
+    engine_source = str(Path(streams.__file__).resolve().parent.parent)
+    print(f"engine from {engine_source}; python {sys.version.split()[0]}; affinity {machine()['affinity']}")
+    traces: dict[str, list[bytes]] = {}
+    for variant in variants:
+        t0 = time.perf_counter()
+        traces[variant] = load_lines(getattr(args, variant, None), variant, args)
+        size = sum(map(len, traces[variant]))
+        print(
+            f"trace {variant}: {len(traces[variant])} events, {size / len(traces[variant]):.0f} bytes/event "
+            f"({time.perf_counter() - t0:.1f}s to build)"
+        )
+
+    check: dict[str, Any] = {}
+    if not args.no_check and {"raw", "precomputed"} <= set(traces):
+        raw_v, pre_v = verdicts_of(traces["raw"]), verdicts_of(traces["precomputed"])
+        same = raw_v == pre_v
+        counts = Counter(json.loads(v)["decision"] for v in raw_v)
+        check = {"identical": same, "verdicts": len(raw_v), "decisions": dict(sorted(counts.items()))}
+        print(f"check: raw and precomputed verdicts {'IDENTICAL' if same else 'DIFFER'} ({len(raw_v)} verdicts: "
+              + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")")  # fmt: skip
+        if not same:
+            print("error: precomputed hashes changed the verdicts", file=sys.stderr)
+            return 1
+
+    overhead = timer_overhead_ns()
+    print(f"timer overhead (perf_counter_ns pair, median): {overhead:.0f} ns, included in latencies")
+    decode_event = _engine()[0]
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        lines = traces[variant]
+        events = [decode_event(line) for line in lines] if ({"apply"} & set(stages)) else []
+        gc.collect()
+        gc.freeze()
+        samples: dict[str, list[tuple[float, float]]] = {s: [] for s in stages}
+        lat: dict[str, list[tuple[float, float]]] = {s: [] for s in stages if s in LATENCY}
+        for rep in range(max(args.repeat, args.latency_repeat)):
+            for stage in stages:
+                if rep < args.repeat:
+                    samples[stage].append(THROUGHPUT[stage](lines, events))
+                if stage in LATENCY and rep < args.latency_repeat:
+                    values = sorted(LATENCY[stage](lines, events))
+                    lat[stage].append((percentile(values, 0.50), percentile(values, 0.99)))
+        gc.unfreeze()
+        del events
+        n = len(lines)
+        results[variant] = {}
+        for stage in stages:
+            secs = [wall for wall, _ in samples[stage]]
+            cpus = [cpu for _, cpu in samples[stage]]
+            rates = sorted(n / s for s in secs)
+            entry: dict[str, Any] = {
+                "events": n,
+                "seconds": secs,
+                "cpu_seconds": cpus,
+                "events_per_s_median": statistics.median(rates),
+                "events_per_s_min": rates[0],
+                "events_per_s_max": rates[-1],
+                "events_per_cpu_s_median": statistics.median(n / c for c in cpus if c > 0),
+            }
+            if lat.get(stage):
+                entry["p50_us"] = statistics.median(p50 for p50, _ in lat[stage]) / 1000
+                entry["p99_us"] = statistics.median(p99 for _, p99 in lat[stage]) / 1000
+                entry["latency_passes"] = [[p50 / 1000, p99 / 1000] for p50, p99 in lat[stage]]
+            results[variant][stage] = entry
+
+    print()
+    print(f"{'trace':<12} {'stage':<13} {'events/s wall':>14} {'min..max':>19} {'events/s cpu':>13} {'p50 us':>7} {'p99 us':>7}  goal (cpu)")
+    for variant in variants:
+        for stage in stages:
+            e = results[variant][stage]
+            goal = GOALS.get(variant)
+            goal_text = f"{e['events_per_cpu_s_median'] / goal:.2f}x of {goal:,}/s" if goal and stage != "decode" else ""
+            p50 = f"{e['p50_us']:7.1f}" if "p50_us" in e else f"{'-':>7}"
+            p99 = f"{e['p99_us']:7.1f}" if "p99_us" in e else f"{'-':>7}"
+            spread = f"{e['events_per_s_min']:,.0f}..{e['events_per_s_max']:,.0f}"
+            print(
+                f"{variant:<12} {stage:<13} {e['events_per_s_median']:>14,.0f} {spread:>19} "
+                f"{e['events_per_cpu_s_median']:>13,.0f} {p50} {p99}  {goal_text}"
+            )
+
+    record = {
+        "bench": "engine",
+        "label": args.label,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "git": git_state(),
+        "engine_source": engine_source,
+        "settings": {k: v for k, v in vars(args).items()},
+        "config": CONFIG,
+        "timer_overhead_ns": overhead,
+        "check": check,
+        "results": results,
+    }
+    out = Path(args.out) if args.out else OUT_DIR / f"engine-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1))
+    print(f"\nrecord: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
