@@ -23,6 +23,7 @@ _verdict_encoder = msgspec.json.Encoder()
 _verdict_decoder = msgspec.json.Decoder(Verdict)
 _state_encoder = msgspec.msgpack.Encoder()
 _state_decoder = msgspec.msgpack.Decoder(RunState)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
 
 
@@ -62,6 +63,11 @@ def decode_event(data: bytes | str) -> Event:
             raise BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})") from None
         raise BadEvent(f"invalid event: {text}") from None
     except msgspec.DecodeError as exc:
+        if _SURROGATE_ESCAPE.search(data):
+            raise BadEvent(
+                "not a JSON event: a \\u escape of a lone UTF-16 surrogate (a string cut through an emoji?) "
+                "cannot be decoded; send valid UTF-8"
+            ) from None
         raise BadEvent(f"not a JSON event: {exc}") from None
 
 
