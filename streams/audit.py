@@ -552,18 +552,16 @@ def _difference_summary(report: AuditReport) -> list[str]:
 
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
-    from streams.configfile import load_config
+    from streams.configfile import load_config_for_cli
 
     out = out or sys.stdout
     err = err or sys.stderr
-    resolved = load_config(args.config)
-    for note in resolved.notes:
-        print(f"loopwarden: warning: {note}", file=err)
+    config = load_config_for_cli(args.config, err)
     try:
         since_ms = parse_since(args.since) if args.since else None
         report = run_audit(
             args.bootstrap,
-            resolved.config,
+            config,
             since_ms=since_ms,
             run_id=args.run_filter,
             events_topic=args.events_topic,

@@ -11,17 +11,15 @@ from streams.engine.config import ConfigError
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from streams.configfile import load_config
+    from streams.configfile import load_config_for_cli
     from streams.replay import replay
 
-    resolved = load_config(args.config)
-    for note in resolved.notes:
-        print(f"loopwarden: warning: {note}", file=sys.stderr)
+    config = load_config_for_cli(args.config, sys.stderr)
     if args.events == "-":
-        return 1 if replay(sys.stdin.buffer, resolved.config, sys.stdout.buffer, sys.stderr) else 0
+        return 1 if replay(sys.stdin.buffer, config, sys.stdout.buffer, sys.stderr) else 0
     try:
         with open(args.events, "rb") as lines:
-            refused = replay(lines, resolved.config, sys.stdout.buffer, sys.stderr)
+            refused = replay(lines, config, sys.stdout.buffer, sys.stderr)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2

@@ -5,10 +5,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TextIO
+
+from schemas.config import FleetConfig
 
 from streams.engine.config import ConfigError, Resolved, parse_config
 
 CONFIG_ENV = "LOOPWARDEN_CONFIG"
+
+
+def load_config_for_cli(path: str | os.PathLike[str] | None, err: TextIO) -> FleetConfig:
+    """`load_config` for the offline commands: threshold corrections go to stderr."""
+    resolved = load_config(path)
+    for note in resolved.notes:
+        print(f"loopwarden: warning: {note}", file=err)
+    return resolved.config
 
 
 def load_config(path: str | os.PathLike[str] | None) -> Resolved:

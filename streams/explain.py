@@ -39,6 +39,7 @@ from schemas.state import (
 from schemas.verdicts import Verdict
 from streams.codec import BadEvent, decode_event, decode_verdict
 from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
+from streams.engine.engine import find_open_call
 from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
 from streams.engine.warnings import BUCKET_SIZE
 from streams.replay import apply_safely
@@ -157,15 +158,6 @@ def measure(history: list[Record], tool: str, signature: str, is_poll: bool) -> 
     )
 
 
-def _open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
-    for record in reversed(history):
-        if record.result_hash is not None or record.call_id != call_id:
-            continue
-        if signature is None or (record.tool == tool and record.args_hash == signature):
-            return record
-    return None
-
-
 def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig) -> tuple[list[Step], list[str]]:
     """Steps of one run from (source, raw event) pairs; also the refusals."""
     state: RunState | None = None
@@ -198,7 +190,7 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
         elif isinstance(event, ToolResult) and not duplicate:
             has_args = is_set(event.args)
             signature = event.args_hash or (args_hash(event.tool_name, event.args) if has_args else None)
-            record = _open_call(current.history, event.tool_call_id, event.tool_name, signature)
+            record = find_open_call(current.history, event.tool_call_id, event.tool_name, signature)
             if event.result_hash:
                 step.result_hash = event.result_hash
                 step.unknown_tool = event.unknown_tool_name
@@ -416,13 +408,11 @@ def format_timeline(
 
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden explain` command (argparse namespace from streams.cli)."""
-    from streams.configfile import load_config
+    from streams.configfile import load_config_for_cli
 
     out = out or sys.stdout
     err = err or sys.stderr
-    resolved = load_config(args.config)
-    for note in resolved.notes:
-        print(f"loopwarden: warning: {note}", file=err)
+    config = load_config_for_cli(args.config, err)
     published: dict[int, list[Verdict]] | None = None
     if args.events:
         try:
@@ -441,7 +431,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2
-    steps, refused = explain(items, args.run_id, resolved.config)
+    steps, refused = explain(items, args.run_id, config)
     if published is not None:
         for step in steps:
             step.published = published.get(step.seq, [])

@@ -120,7 +120,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
     )
 
 
-def _find_open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
+def find_open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
     """Newest record of this call still waiting for its result."""
     for record in reversed(history):
         if record.result_hash is not None or record.call_id != call_id:
@@ -136,7 +136,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     tool = event.tool_name
     has_args = is_set(event.args)
     signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
-    record = _find_open_call(state.history, event.tool_call_id, tool, signature)
+    record = find_open_call(state.history, event.tool_call_id, tool, signature)
     if event.result_hash:
         result_hash = event.result_hash
         unknown = event.unknown_tool_name or None
