@@ -17,9 +17,8 @@ import argparse
 import cProfile
 import pstats
 import sys
-from pathlib import Path
 
-from bench.engine_bench import LATENCY, OUT_DIR, THROUGHPUT, _engine, load_lines
+from bench.engine_bench import OUT_DIR, THROUGHPUT, _engine, load_lines
 
 
 def main(argv: list[str] | None = None) -> int:

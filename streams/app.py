@@ -25,20 +25,20 @@ import asyncio
 import logging
 import os
 import time
-import weakref
 from collections import Counter, deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import Any
 
 import faust
 import msgspec
-from faust.streams import _current_event  # task-local "event being processed"
 from faust.types import EventT
 
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
 from streams import logs
+from streams.faust_fixes import harden_faust
+from streams.runtable import RunTable, decode_stored, encode_stored, touched_at
 from streams.codec import BadEvent, decode_event, encode_verdict
 from streams.replay import apply_safely
 from streams.settings import EXACTLY_ONCE, Settings
@@ -46,19 +46,6 @@ from streams.settings import EXACTLY_ONCE, Settings
 log = logging.getLogger("loopwarden.worker")
 
 TABLE_NAME = "runs"
-
-_stored_encoder = msgspec.msgpack.Encoder()
-_stored_decoder = msgspec.msgpack.Decoder(StoredRun)
-
-
-class _Touched(msgspec.Struct, array_like=True):
-    """The first field of a stored run, read without decoding the state."""
-
-    touched: float
-    state: msgspec.Raw
-
-
-_touched_decoder = msgspec.msgpack.Decoder(_Touched)
 
 #: A run's stored state and a verdict must each fit in one Kafka message
 #: (brokers refuse messages over ~1 MB by default). Only pathological
@@ -79,18 +66,6 @@ H_OFFSET = "loopwarden.source.offset"
 H_KEY = "loopwarden.source.key"
 
 
-def encode_stored(stored: StoredRun) -> bytes:
-    return _stored_encoder.encode(stored)
-
-
-def decode_stored(data: bytes) -> StoredRun:
-    return _stored_decoder.decode(data)
-
-
-def touched_at(data: bytes) -> float:
-    return _touched_decoder.decode(data).touched
-
-
 def refusal_kind(reason: str) -> str:
     """A short, countable name for a dead-letter reason."""
     for prefix, kind in (
@@ -107,96 +82,6 @@ def refusal_kind(reason: str) -> str:
         if reason.startswith(prefix):
             return kind
     return "other"
-
-
-class RunTable:
-    """The runs table, addressed by (partition, run id).
-
-    Faust's RocksDB store keeps one database per partition and picks it from
-    the task-local *current event*; the agent works on events of several
-    partitions at once, so each access names its event explicitly. A write
-    puts the value into the partition's RocksDB and sends it to the table's
-    changelog topic on the same partition. The changelog message is sent
-    straight to the producer rather than through ``table[key] = value``,
-    whose buffer is drained one message at a time and, above 100 waiting
-    messages, stalls the consumer; the changelog offset is recorded in RocksDB
-    on acknowledgement exactly as Faust does, so recovery resumes from it.
-    """
-
-    def __init__(self, app: faust.App, table: Any) -> None:
-        self.app = app
-        self.table = table
-        self._changelog: str | None = None
-
-    @property
-    def changelog(self) -> str:
-        if self._changelog is None:
-            self._changelog = self.table.changelog_topic_name
-        return self._changelog
-
-    def get(self, event: Any, key: bytes) -> bytes | None:
-        token = _current_event.set(weakref.ref(event))
-        try:
-            return self.table.data.get(key)
-        finally:
-            _current_event.reset(token)
-
-    async def put(self, event: Any, key: bytes, value: bytes) -> Awaitable[Any]:
-        """Write locally, send to the changelog; returns the send's future."""
-        partition = event.message.partition
-        token = _current_event.set(weakref.ref(event))
-        try:
-            self.table.data[key] = value
-        finally:
-            _current_event.reset(token)
-        future = await self.app.producer.send(self.changelog, key, value, partition, None, None)
-        future.add_done_callback(self._persist_offset)
-        return future
-
-    def _persist_offset(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return  # the finisher sees the failure when it awaits the future
-        metadata = future.result()
-        if self.app.in_transaction:
-            self.app.tables.persist_offset_on_commit(self.table.data, metadata.topic_partition, metadata.offset)
-        else:
-            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
-
-    def active_partitions(self) -> list[int]:
-        """Changelog partitions this worker owns as active (not standby)."""
-        changelog = self.changelog
-        return sorted(tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == changelog)
-
-    def scan(self, partition: int) -> Iterable[tuple[bytes, bytes]]:
-        """(key, value) of one active partition's database (no Faust bookkeeping key)."""
-        store = self.table.data
-        db = store._dbs.get(partition)  # only databases already open for this worker
-        if db is None:
-            return ()
-        offset_key = store.offset_key
-        return ((k, v) for k, v in db.items() if k != offset_key)
-
-    async def expire(self, partition: int, key: bytes, cutoff: float) -> bool:
-        """Delete a run idle since before ``cutoff`` from one partition's
-        database (re-checked right before deleting, with no await in
-        between) and send its changelog tombstone to the same partition."""
-        store = self.table.data
-        db = store._dbs.get(partition)
-        if db is None:
-            return False
-        current = db.get(key)
-        if current is None:
-            return False
-        try:
-            if touched_at(current) >= cutoff:
-                return False
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            pass
-        db.delete(key)
-        store._key_index.pop(key, None)
-        future = await self.app.producer.send(self.changelog, key, None, partition, None, None)
-        future.add_done_callback(self._persist_offset)
-        return True
 
 
 class Chunk:
@@ -589,84 +474,6 @@ def _show_key(key: bytes | None) -> str:
         return repr(key.decode())
     except UnicodeDecodeError:
         return repr(key)
-
-
-def harden_faust(app: faust.App) -> None:
-    """Close two ways the installed Faust can acknowledge (and so commit)
-    events that no agent processed. Both were reproduced with two workers
-    joining one after the other while events were being produced.
-
-    1. ``FlowControlEvent.resume()`` empties the agents' input queues every
-       time it is called. After a rebalance that needs no table recovery,
-       Faust resumes the flow once when recovery ends and again when the
-       stream partitions are resumed; events fetched in between are dropped
-       from the queue. For a partition with a committed offset the consumer
-       seeks back and fetches them again, but aiokafka only seeks when the
-       committed offset is above 0, so for a partition with no commit yet
-       they are never fetched again, and the next commit passes over them.
-       Here ``resume()`` only empties the queues when the flow really was
-       suspended (which is when they can hold events of an old generation).
-       Events fetched twice are harmless: the engine ignores a seq it has
-       already seen.
-    2. An event fetched under an older consumer generation reaches the stream
-       after the rebalance, is skipped and acknowledged; the acknowledged
-       offset can then be committed before the same offset, fetched again,
-       is processed. Here acknowledgements of events of an older generation
-       are ignored (every event this worker processed under the old
-       generation was acknowledged before the rebalance finished: Faust
-       waits for that).
-    3. The consumer also drops records it fetched while the flow was
-       suspended (during a rebalance) and then "seeks back to the committed
-       offsets" to fetch them again; but aiokafka's ``seek_to_committed``
-       does not move a partition whose committed offset is missing or 0, so
-       for a partition nothing was committed for yet those records are
-       gone. Here such partitions are sought to their beginning, which is
-       what ``auto_offset_reset="earliest"`` means for them anyway.
-    """
-    flow = app.flow_control
-    if not getattr(flow, "_loopwarden_hardened", False):
-        original_resume = flow.resume
-
-        def resume() -> None:
-            if flow.is_active():
-                return  # nothing was suspended: keep what is queued
-            original_resume()
-
-        flow.resume = resume  # type: ignore[method-assign]
-        flow._loopwarden_hardened = True  # type: ignore[attr-defined]
-
-    from faust.transport.consumer import Consumer
-
-    if not getattr(Consumer, "_loopwarden_hardened", False):
-        original_ack = Consumer.ack
-
-        def ack(self: Any, message: Any) -> bool:
-            generation = getattr(message, "generation_id", None)
-            if generation is not None and generation != self.app.consumer_generation_id:
-                return False  # fetched again under the current generation
-            return original_ack(self, message)
-
-        Consumer.ack = ack  # type: ignore[method-assign]
-        Consumer._loopwarden_hardened = True  # type: ignore[attr-defined]
-
-    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-
-    if not getattr(AIOKafkaConsumerThread, "_loopwarden_hardened", False):
-
-        async def seek_to_committed(self: Any) -> Any:
-            consumer = self._ensure_consumer()
-
-            async def seek() -> Any:
-                committed = await consumer.seek_to_committed()
-                uncommitted = [tp for tp, offset in committed.items() if not offset]
-                if uncommitted:
-                    await consumer.seek_to_beginning(*uncommitted)
-                return committed
-
-            return await self.call_thread(seek)
-
-        AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
-        AIOKafkaConsumerThread._loopwarden_hardened = True  # type: ignore[attr-defined]
 
 
 def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[faust.App, Processor]:

@@ -20,7 +20,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import msgspec

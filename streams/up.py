@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import signal
 import subprocess
 import sys

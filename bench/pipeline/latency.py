@@ -65,7 +65,6 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     seqs = [0] * runs
     idle: deque[int] = deque(range(runs))
     pending: dict[tuple[str, int], tuple[float, int]] = {}
-    index = {r: i for i, r in enumerate(run_ids)}
     latencies: list[tuple[float, float]] = []  # (sent at, latency)
     state = {"issued": 0, "deferred": 0, "answered": 0, "backlog": 0}
     start = time.perf_counter()
