@@ -24,51 +24,43 @@ ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Timestamp = float | str | None
 
 
-class ToolCall(Struct, tag="tool_call", tag_field="type", kw_only=True):
-    """The model asks to run a tool; answered by exactly one verdict."""
-
+class _RunEvent(Struct, tag_field="type", kw_only=True):
     run_id: RunId
     seq: Seq
-    tool_call_id: Id
-    tool_name: ToolName
-    args: Any = UNSET
-    args_hash: Id | None = None
-    agent_id: Id | None = None
-    session_key: Id | None = None
     ts: Timestamp = None
 
 
-class ToolResult(Struct, tag="tool_result", tag_field="type", kw_only=True):
-    """A finished call; fills the matching history record with its outcome hash."""
-
-    run_id: RunId
-    seq: Seq
+class _CallEvent(_RunEvent, kw_only=True):
     tool_call_id: Id
     tool_name: ToolName
     args: Any = UNSET
     args_hash: Id | None = None
+
+
+class ToolCall(_CallEvent, tag="tool_call", kw_only=True):
+    """The model asks to run a tool; answered by exactly one verdict."""
+
+    agent_id: Id | None = None
+    session_key: Id | None = None
+
+
+class ToolResult(_CallEvent, tag="tool_result", kw_only=True):
+    """A finished call; fills the matching history record with its outcome hash."""
+
     result: Any = UNSET
     error: Any = UNSET
     result_hash: Id | None = None
     unknown_tool_name: Id | None = None
-    ts: Timestamp = None
 
 
-class Compaction(Struct, tag="compaction", tag_field="type", kw_only=True):
+class Compaction(_RunEvent, tag="compaction", kw_only=True):
     """The transcript was summarised and the turn retried: arms the guard."""
 
-    run_id: RunId
-    seq: Seq
     agent_id: Id | None = None
-    ts: Timestamp = None
 
 
-class RunEnd(Struct, tag="run_end", tag_field="type", kw_only=True):
+class RunEnd(_RunEvent, tag="run_end", kw_only=True):
     """The run finished: its history and guard are freed."""
-
-    run_id: RunId
-    seq: Seq
-    ts: Timestamp = None
 
 
 Event = ToolCall | ToolResult | Compaction | RunEnd
