@@ -21,14 +21,13 @@ import argparse
 import gc
 import importlib
 import io
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.engine_bench import CONFIG, OUT_DIR, load_lines
+from bench.engine_bench import CONFIG, load_lines, write_record
 
 STAGES = ("decode", "apply", "decode+apply", "replay")
 
@@ -136,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         gc.unfreeze()
         del decoded
-    out = Path(args.out) if args.out else OUT_DIR / f"ab-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1))
-    print(f"record: {out}")
+    print(f"record: {write_record('ab', record, args.out)}")
     return 0
 
 

@@ -222,6 +222,14 @@ def git_state() -> dict[str, Any]:
     return {"head": head, "engine_dirty": bool(dirty)}
 
 
+
+def write_record(kind: str, record: dict[str, Any], out: str | None = None) -> Path:
+    """Write a bench's JSON record to `out`, or to bench/out/KIND-<UTC time>.json."""
+    path = Path(out) if out else OUT_DIR / f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    return path
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.engine_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5000)
@@ -338,10 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "check": check,
         "results": results,
     }
-    out = Path(args.out) if args.out else OUT_DIR / f"engine-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1))
-    print(f"\nrecord: {out}")
+    print(f"\nrecord: {write_record('engine', record, args.out)}")
     return 0
 
 
