@@ -41,8 +41,12 @@ class Abort(Struct, array_like=True, gc=False, frozen=True):
     message: str
 
 
-class RunState(Struct, kw_only=True):
-    """Everything the engine knows about one run."""
+class RunState(Struct, kw_only=True, dict=True):
+    """Everything the engine knows about one run.
+
+    `dict=True` lets the engine keep an index of `history` beside the fields
+    (streams.engine.engine._seen); only the fields are encoded.
+    """
 
     last_seq: int = -1
     agent_id: str | None = None

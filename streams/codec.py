@@ -35,6 +35,10 @@ does not depend on how deep the caller's own stack already is."""
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH_STEP = [1 if b in b"[{" else -1 for b in range(256)]
+_SHORTEST_TOO_DEEP = 2 * (MAX_DEPTH + 1)
+"""Valid JSON nested deeper than MAX_DEPTH has at least this many bytes (the
+brackets alone), so shorter input needs the check only when it fails to decode."""
+_TOO_DEEP = f"not a JSON event: nested deeper than {MAX_DEPTH} levels"
 
 
 def _too_deep(data: bytes) -> bool:
@@ -48,31 +52,45 @@ def decode_event(data: bytes | str) -> Event:
     """One event from its JSON bytes; raises BadEvent with a readable reason."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    if _too_deep(data):
-        raise BadEvent(f"not a JSON event: nested deeper than {MAX_DEPTH} levels")
+    if len(data) >= _SHORTEST_TOO_DEEP and _too_deep(data):
+        raise BadEvent(_TOO_DEEP)
     try:
         return _event_decoder.decode(data)
-    except msgspec.ValidationError as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+        if len(data) < _SHORTEST_TOO_DEEP and _too_deep(data):
+            raise BadEvent(_TOO_DEEP) from None
+        if isinstance(exc, RecursionError):
+            raise
+        raise _refusal(exc, data) from None
+
+
+def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) -> BadEvent:
+    """Why msgspec refused an event, in words."""
+    if isinstance(exc, msgspec.ValidationError):
         text = str(exc)
         bad_tag = _BAD_TAG.match(text)
         if bad_tag:
-            raise BadEvent(
-                f"unknown event type {bad_tag.group(1)!r} (expected one of {', '.join(EVENT_TYPES)})"
-            ) from None
+            return BadEvent(f"unknown event type {bad_tag.group(1)!r} (expected one of {', '.join(EVENT_TYPES)})")
         if "missing required field `type`" in text:
-            raise BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})") from None
-        raise BadEvent(f"invalid event: {text}") from None
-    except msgspec.DecodeError as exc:
-        if _SURROGATE_ESCAPE.search(data):
-            raise BadEvent(
-                "not a JSON event: a \\u escape of a lone UTF-16 surrogate (a string cut through an emoji?) "
-                "cannot be decoded; send valid UTF-8"
-            ) from None
-        raise BadEvent(f"not a JSON event: {exc}") from None
+            return BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
+        return BadEvent(f"invalid event: {text}")
+    if _SURROGATE_ESCAPE.search(data):
+        return BadEvent(
+            "not a JSON event: a \\u escape of a lone UTF-16 surrogate (a string cut through an emoji?) "
+            "cannot be decoded; send valid UTF-8"
+        )
+    return BadEvent(f"not a JSON event: {exc}")
 
 
 def encode_verdict(verdict: Verdict) -> bytes:
     return _verdict_encoder.encode(verdict)
+
+
+def append_verdict(buffer: bytearray, verdict: Verdict) -> None:
+    """Append the verdict as one JSON line: a whole output in one buffer, no
+    bytes object per verdict."""
+    _verdict_encoder.encode_into(verdict, buffer, -1)
+    buffer.append(0x0A)
 
 
 def decode_verdict(data: bytes | str) -> Verdict:

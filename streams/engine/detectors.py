@@ -7,7 +7,7 @@ healthy run costs a few steps per call whatever historySize is.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from collections.abc import Container
 from typing import Literal, NamedTuple
 
 from schemas.config import LoopDetectionConfig
@@ -96,33 +96,39 @@ def ping_pong(history: list[Record], signature: str) -> PingPong:
     return PingPong(tail + 1, last.tool, last_sig, no_progress and len(results) == 2)
 
 
-_args_hash_of = attrgetter("args_hash")
-
-
 def _utf16(text: str) -> bytes:
     return text.encode("utf-16-be", "surrogatepass")
 
 
 def detect(
-    history: list[Record], tool: str, signature: str, is_poll: bool, cfg: LoopDetectionConfig
+    history: list[Record], tool: str, signature: str, is_poll: bool, cfg: LoopDetectionConfig, seen: Container[str]
 ) -> Detection | None:
-    """The first of the eight checks that fires for a new call, or None."""
-    unknown_count, unknown_name = unknown_tool_streak(history, tool)
-    if unknown_count >= cfg.unknown_tool_threshold:
-        return Detection(
-            "critical",
-            "unknown_tool_repeat",
-            unknown_count,
-            f"CRITICAL: the unavailable tool {unknown_name} was called {unknown_count} times. "
-            "It does not exist here: stop calling it and carry on without it.",
-            f"unknown-tool:{tool}:{unknown_name}",
-        )
+    """The first of the eight checks that fires for a new call, or None.
 
-    if signature in map(_args_hash_of, history):
-        same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
-        streak, latest = no_progress_streak(same_call)
-    else:  # a call not seen in the window: nothing to count
-        same_call, streak, latest = [], 0, None
+    `seen` holds the args hashes present in `history`. Every threshold is a
+    positive integer (`parse_config` enforces it), so check 1 needs the newest
+    record to be an unknown-tool failure of this tool, and checks 2-8 need this
+    signature in the window (the streaks and the recent count count its
+    records; an alternation it extends has it as the other side). Most calls
+    meet neither and return at once.
+    """
+    if history:
+        last = history[-1]
+        if last.unknown_tool is not None and last.tool == tool:
+            unknown_count, unknown_name = unknown_tool_streak(history, tool)
+            if unknown_count >= cfg.unknown_tool_threshold:
+                return Detection(
+                    "critical",
+                    "unknown_tool_repeat",
+                    unknown_count,
+                    f"CRITICAL: the unavailable tool {unknown_name} was called {unknown_count} times. "
+                    "It does not exist here: stop calling it and carry on without it.",
+                    f"unknown-tool:{tool}:{unknown_name}",
+                )
+    if signature not in seen:
+        return None
+    same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
+    streak, latest = no_progress_streak(same_call)
     if streak >= cfg.global_circuit_breaker_threshold:
         return Detection(
             "critical",

@@ -8,10 +8,10 @@ processor does anyway.
 
 from __future__ import annotations
 
-from msgspec import Struct
+from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
-from schemas.events import Event, RunEnd, ToolCall, ToolResult, is_set
+from schemas.events import Event, RunEnd, ToolCall, ToolResult
 from schemas.state import KIND_OTHER, Abort, Record, RunState, Triple
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Verdict
 from streams.engine import guard
@@ -50,16 +50,16 @@ def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
     if agent_id is None and kind is not ToolResult and event.agent_id:
         agent_id = event.agent_id
     cfg = config.default if agent_id is None else config.for_agent(agent_id)
-    verdicts: list[Verdict] = []
     armed = 0
     if kind is ToolCall:
-        verdicts.append(_on_call(state, event, cfg))
+        verdicts = [_on_call(state, event, cfg)]
     elif kind is ToolResult:
         verdict = _on_result(state, event, cfg)
-        if verdict is not None:
-            verdicts.append(verdict)
-    elif state.aborted is None:
-        armed = guard.arm(state, cfg)
+        verdicts = [] if verdict is None else [verdict]
+    else:
+        verdicts = []
+        if state.aborted is None:
+            armed = guard.arm(state, cfg)
     state.agent_id = agent_id
     state.last_seq = seq
     return Outcome(state, verdicts, armed)
@@ -80,31 +80,56 @@ def _abort_verdict(event: ToolCall | ToolResult, abort: Abort) -> Verdict:
     )
 
 
-def _trim(history: list[Record], size: int) -> None:
-    if len(history) > size:
-        del history[: len(history) - size]
+def _seen(state: RunState) -> dict[str, int]:
+    """How many records of each args hash the run's history holds, so that
+    `detect` answers a call not in the window without walking it.
+
+    It lives in the state's `__dict__`, which is never encoded: a state decoded
+    from bytes or built by hand gets it on first use. The engine changes a
+    history only through `_record`, which keeps it exact.
+    """
+    seen = state.__dict__.get("_seen")
+    if seen is None:
+        seen = state.__dict__["_seen"] = {}
+        for record in state.history:
+            seen[record.args_hash] = seen.get(record.args_hash, 0) + 1
+    return seen
+
+
+def _record(history: list[Record], seen: dict[str, int], record: Record, size: int) -> None:
+    """Append to the run's history (`seen` its index) and drop the oldest records beyond `size`."""
+    history.append(record)
+    seen[record.args_hash] = seen.get(record.args_hash, 0) + 1
+    excess = len(history) - size
+    if excess > 0:
+        for old in history[:excess]:
+            left = seen[old.args_hash] - 1
+            if left:
+                seen[old.args_hash] = left
+            else:
+                del seen[old.args_hash]
+        del history[:excess]
 
 
 def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verdict:
     if state.aborted is not None:
         return _abort_verdict(event, state.aborted)
     tool = event.tool_name
-    signature = event.args_hash or args_hash(tool, event.args)
-    kind = classify(tool, event.args)
-    found = detect(state.history, tool, signature, kind in POLL_KINDS, cfg) if cfg.rolling else None
-    if found is None:
-        decision = "allow"
-    elif found.level == "critical":
+    args = event.args
+    signature = event.args_hash or args_hash(tool, args)
+    kind = classify(tool, args)
+    history = state.history
+    seen = _seen(state)
+    found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
+    if found is not None and found.level == "critical":
         decision = "block"  # not recorded: the block stays in force while nothing changes
     else:
+        _record(history, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
+        if found is None:  # the common case, answered at once
+            return Verdict(
+                run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
+            )
         decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
-    if decision != "block":
-        state.history.append(Record(tool, signature, event.tool_call_id, kind))
-        _trim(state.history, cfg.history_size)
-    if found is None:
-        return Verdict(
-            run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
-        )
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
@@ -134,13 +159,13 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     if state.aborted is not None:
         return None
     tool = event.tool_name
-    has_args = is_set(event.args)
+    has_args = event.args is not UNSET
     signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
     record = find_open_call(state.history, event.tool_call_id, tool, signature)
     if event.result_hash:
         result_hash = event.result_hash
         unknown = event.unknown_tool_name or None
-        if unknown is None and is_set(event.error) and event.error is not None:
+        if unknown is None and event.error is not UNSET and event.error is not None:
             unknown = result_outcome(tool, KIND_OTHER, None, event.error)[1]
     else:
         kind = classify(tool, event.args) if has_args else (record.kind if record else KIND_OTHER)
@@ -157,8 +182,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
             tool, signature or args_hash(tool, event.args), event.tool_call_id,
             classify(tool, event.args), result_hash, unknown,
         )  # fmt: skip
-        state.history.append(record)
-        _trim(state.history, cfg.history_size)
+        _record(state.history, _seen(state), record, cfg.history_size)
     if state.guard_remaining <= 0:
         return None
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)

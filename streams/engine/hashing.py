@@ -9,8 +9,8 @@ import re
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
-from schemas.events import is_set
 from schemas.state import (
     KIND_COMMAND_STATUS,
     KIND_OTHER,
@@ -77,7 +77,7 @@ def plan_shape(value: Any) -> Any:
 
 def args_hash(tool: str, args: Any) -> str:
     """`tool:sha256(stable_json(args))`; absent args hash as JavaScript's undefined."""
-    if not is_set(args):
+    if args is UNSET:
         args = UNDEFINED
     elif tool == "update_plan":
         args = plan_shape(args)
@@ -130,12 +130,13 @@ def _text_content(result: dict[str, Any]) -> str:
     content = result.get("content")
     if not isinstance(content, list):
         return ""
-    parts = [
-        entry["text"]
-        for entry in content
-        if isinstance(entry, dict) and isinstance(entry.get("type"), str) and isinstance(entry.get("text"), str)
-    ]
-    return js_trim("\n".join(parts))
+    parts = []
+    for entry in content:
+        if isinstance(entry, dict):
+            text = entry.get("text")
+            if isinstance(text, str) and isinstance(entry.get("type"), str):
+                parts.append(text)
+    return "\n".join(parts).strip(_JS_WHITESPACE)
 
 
 def _is_number(value: Any) -> bool:
@@ -218,10 +219,10 @@ def strip_volatile(value: Any) -> Any:
 
 def result_outcome(tool: str, kind: int, result: Any, error: Any) -> tuple[str | None, str | None]:
     """(result_hash, unknown_tool_name) of a finished call; no hash means "not progress"."""
-    if is_set(error) and error is not None:
+    if error is not UNSET and error is not None:
         text = error_text(error)
         return "error:" + digest(text), unknown_tool_name(text)
-    if not is_set(result):
+    if result is UNSET:
         return None, None
     if not isinstance(result, dict):
         return digest(result), None

@@ -30,7 +30,8 @@ _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 # less than a regular expression over a kilobyte of payload.
 _DIGIT_MAP = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _SIXTEEN_DIGITS = b"0" * 16
-_ASTRAL_LEADS = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
+# Byte searches below use `find` with a bytes needle and `in` with an int:
+# `bytes in bytes` first tries the needle as an int and pays for a TypeError.
 
 
 def js_number(value: float) -> str:
@@ -62,7 +63,17 @@ def js_number(value: float) -> str:
     return f"{sign}{body}e{'+' if e > 0 else '-'}{abs(e)}"
 
 
+_TINY = ("0.0000", "-0.0000")
+
+
 def _float_hook(text: str) -> Any:
+    if len(text) <= 16 and text[-1] != "0" and "e" not in text and "E" not in text and not text.startswith(_TINY):
+        # The usual literal is already JavaScript's spelling: at most 15
+        # significant digits (one decimal reading, so its digits are the
+        # shortest round-trip ones), no trailing zero, fixed notation between
+        # 1e-4 and 1e15 (inside JavaScript's fixed range). JSON allows no
+        # leading zeros or "+".
+        return msgspec.Raw(text)
     value = float(text)
     spelled = repr(value)
     if "e" not in spelled and "n" not in spelled:
@@ -98,14 +109,14 @@ def normalize_payload(value: Any) -> Any:
 def stable_json(value: Any) -> bytes:
     """UTF-8 bytes of the reference gateway's stable stringify of `value`."""
     out = _encode_sorted(value)
-    if _SIXTEEN_DIGITS in out.translate(_DIGIT_MAP) or (not out.isascii() and _keys_may_sort_differently(out)):
+    if out.translate(_DIGIT_MAP).find(_SIXTEEN_DIGITS) >= 0 or (not out.isascii() and _keys_may_sort_differently(out)):
         return _exact(value).encode("utf-8", "surrogatepass")
     return out
 
 
 def _keys_may_sort_differently(out: bytes) -> bool:
     """UTF-16 and code-point order differ only between astral characters and U+E000..U+FFFF."""
-    return (b"\xee" in out or b"\xef" in out) and any(lead in out for lead in _ASTRAL_LEADS)
+    return (0xEE in out or 0xEF in out) and (0xF0 in out or 0xF1 in out or 0xF2 in out or 0xF3 in out or 0xF4 in out)
 
 
 def _utf16_key(key: str) -> bytes:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from msgspec import UNSET
 
-from builders import Driver, low
+from builders import Driver, fleet, low
 from schemas.state import KIND_PROCESS_POLL, Record
 from streams.engine.detectors import detect, no_progress_streak, ping_pong, unknown_tool_streak
 from streams.engine.hashing import args_hash, classify
@@ -23,7 +27,7 @@ def rec(sig, result=None, unknown=None, tool=None):
 
 
 def fire(history, sig, *, poll=False, cfg=CFG, tool=None):
-    return detect(history, tool or sig.split(":")[0], sig, poll, cfg)
+    return detect(history, tool or sig.split(":")[0], sig, poll, cfg, Counter(r.args_hash for r in history))
 
 
 # --- measurements ------------------------------------------------------------------------
@@ -322,3 +326,87 @@ def test_absent_args_are_one_signature():
     verdicts = [d.step("ping", UNSET, res={"content": [{"type": "text", "text": "pong"}]}) for _ in range(6)]
     assert verdicts[5].decision == "block"
     assert verdicts[5].warning_key.startswith("generic:ping:" + args_hash("ping", UNSET))
+
+
+# --- detect against the spec's definitions, computed in full ---------------------------------
+
+
+def _spec_detect(history, tool, sig, is_poll, cfg):
+    """§4 read literally: all four measurements over the whole history, then
+    the eight checks in order. (level, detector, count, warning key, paired tool) or None."""
+    streak, latest = 0, None
+    for r in reversed(history):
+        if r.tool == tool and r.args_hash == sig and r.result_hash is not None:
+            if latest is None:
+                latest = r.result_hash
+            elif r.result_hash != latest:
+                break
+            streak += 1
+    unknown, name = 0, None
+    for r in reversed(history):
+        if r.tool != tool or r.unknown_tool is None or (name is not None and r.unknown_tool != name):
+            break
+        unknown, name = unknown + 1, r.unknown_tool
+    pp, pp_tool, pp_sig, pp_evidence = 0, None, None, False
+    if history:
+        last = history[-1]
+        other = next((r.args_hash for r in reversed(history[:-1]) if r.args_hash != last.args_hash), None)
+        tail = 0
+        for r in reversed(history):
+            if r.args_hash != (last.args_hash if tail % 2 == 0 else other):
+                break
+            tail += 1
+        if other is not None and sig == other and tail >= 2:
+            pp, pp_tool, pp_sig = tail + 1, last.tool, last.args_hash
+            sides = {}
+            for r in history[-tail:]:
+                sides.setdefault(r.args_hash, set()).add(r.result_hash)
+            pp_evidence = len(sides) == 2 and all(len(v) == 1 and None not in v for v in sides.values())
+    recent = sum(1 for r in history if r.tool == tool and r.args_hash == sig)
+    if unknown >= cfg.unknown_tool_threshold:
+        return ("critical", "unknown_tool_repeat", unknown, f"unknown-tool:{tool}:{name}", None)
+    if streak >= cfg.global_circuit_breaker_threshold:
+        return ("critical", "global_circuit_breaker", streak, f"global:{tool}:{sig}:{latest}", None)
+    if is_poll and cfg.known_poll_no_progress:
+        if streak >= cfg.critical_threshold:
+            return ("critical", "known_poll_no_progress", streak, f"poll:{tool}:{sig}:{latest}", None)
+        if streak >= cfg.warning_threshold:
+            return ("warning", "known_poll_no_progress", streak, f"poll:{tool}:{sig}:{latest}", None)
+    if cfg.ping_pong and pp >= cfg.warning_threshold:
+        key = "pingpong:" + "|".join(sorted((sig, pp_sig), key=lambda s: s.encode("utf-16-be")))
+        level = "critical" if pp >= cfg.critical_threshold and pp_evidence else "warning"
+        return (level, "ping_pong", pp, key, pp_tool)
+    if not is_poll and cfg.generic_repeat:
+        if streak >= cfg.critical_threshold:
+            return ("critical", "generic_repeat", streak, f"generic:{tool}:{sig}:{latest}", None)
+        if recent >= cfg.warning_threshold:
+            return ("warning", "generic_repeat", recent, f"generic:{tool}:{sig}", None)
+    return None
+
+
+_records = st.builds(
+    lambda tool, sig, result, unknown: Record(tool, sig, None, 0, result, unknown),
+    st.sampled_from(["exec", "read"]),
+    st.sampled_from(["exec:a", "exec:b", "read:a", "x"]),  # "x": a gateway's hash shared by both tools
+    st.sampled_from([None, "r1", "r2"]),
+    st.sampled_from([None, None, "ghost", "gone"]),
+)
+_configs = st.builds(
+    lambda w, c, b, u, toggles: fleet(
+        enabled=True, warningThreshold=w, criticalThreshold=w + c, globalCircuitBreakerThreshold=w + c + b,
+        unknownToolThreshold=u, detectors=dict(zip(("genericRepeat", "knownPollNoProgress", "pingPong"), toggles)),
+    ).default,
+    st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.tuples(*[st.booleans()] * 3),
+)  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_records, max_size=14), st.sampled_from(["exec", "read"]),
+       st.sampled_from(["exec:a", "exec:b", "read:a", "x", "new"]), st.booleans(), _configs)  # fmt: skip
+def test_detect_matches_the_spec_measured_in_full(history, tool, sig, is_poll, cfg):
+    """`detect` returns early for most calls (nothing in the window to count);
+    that shortcut must never hide a detection."""
+    found = detect(history, tool, sig, is_poll, cfg, Counter(r.args_hash for r in history))
+    got = None if found is None else (found.level, found.detector, found.count, found.warning_key,
+                                      found.paired_tool_name)  # fmt: skip
+    assert got == _spec_detect(history, tool, sig, is_poll, cfg)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import Driver, call, compaction, expected_args_hash, fleet, low, result, run_end, sha
 from schemas.config import FleetConfig
-from streams.codec import BadEvent, decode_event, decode_state, encode_state, encode_verdict
+from streams.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, decode_state, encode_state, encode_verdict
 from streams.engine import apply
 
 SAME = {"content": [{"type": "text", "text": "same"}]}
@@ -334,6 +336,41 @@ def test_seq_gaps_are_fine():
 def test_malformed_events_refused(line):
     with pytest.raises(BadEvent):
         decode_event(line)
+
+
+_DEEP = f"not a JSON event: nested deeper than {MAX_DEPTH} levels"
+_HEAD = b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[" * 300,  # shorter than a valid event that deep could be: refused as too deep all the same
+        b'{"type":"bogus","args":' + b"[" * 300,  # not "unknown event type"
+        b'{"type":"tool_call","args":' + b"{" * 280 + b"}",
+        _HEAD + b"[" * 257 + b"]" * 257 + b"}",  # valid JSON, 258 deep
+    ],
+)
+def test_too_deep_is_the_reason_however_short_or_malformed(line):
+    with pytest.raises(BadEvent, match="nested deeper"):
+        decode_event(line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(240, 270), st.sampled_from([b"[", b'{"a":', b'[{"b":']), st.integers(0, 600),
+       st.sampled_from([_HEAD, b'{"type":"bogus","args":', b"", b'{"type":"run_end","args":']))  # fmt: skip
+def test_decode_refuses_as_too_deep_exactly_when_too_deep(depth, opener, cut, head):
+    """Short input is checked for depth only when it fails to decode: the
+    reason given must be the same as when every input was checked first."""
+    closer = b"]" if opener == b"[" else (b"}" if opener == b'{"a":' else b"}]")
+    data = head + opener * depth + b"1" + closer * depth + (b"}" if head else b"")
+    data = data[: len(data) - cut]
+    try:
+        decode_event(data)
+        reason = None
+    except BadEvent as exc:
+        reason = str(exc)
+    assert (reason == _DEEP) == _too_deep(data)
 
 
 def test_optional_fields_accepted():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from schemas.state import RunState
 from streams.codec import decode_event, decode_state, encode_state, encode_verdict
 from streams.engine import apply
 from streams.engine.config import parse_config
+from streams.engine.engine import _seen
 from streams.replay import replay
 
 CONFIG: FleetConfig = parse_config(
@@ -169,6 +171,23 @@ def test_state_round_trip_at_any_point_changes_no_verdict(data):
     points = data.draw(st.sets(st.integers(0, len(lines) - 1)))
     assert verdicts_of(lines, points) == verdicts_of(lines)
     assert verdicts_of(lines, set(range(len(lines)))) == verdicts_of(lines)
+
+
+@FAST
+@given(st.data())
+def test_history_index_always_matches_the_history(data):
+    """The engine's unstored index of args hashes (what lets `detect` skip a call
+    not in the window) stays exact through appends, trims and state round trips."""
+    lines = data.draw(event_streams(max_steps=40))
+    points = data.draw(st.sets(st.integers(0, len(lines) - 1)))
+    states: dict[str, RunState] = {}
+    for i, line in enumerate(lines):
+        if i in points:
+            states = {run: decode_state(encode_state(state)) for run, state in states.items()}
+        event = decode_event(line)
+        state = states[event.run_id] = apply(states.get(event.run_id), event, CONFIG).state
+        assert _seen(state) == dict(Counter(r.args_hash for r in state.history))
+        assert encode_state(state) == encode_state(decode_state(encode_state(state)))  # the index is never stored
 
 
 def test_state_round_trip_is_exact_mid_loop():

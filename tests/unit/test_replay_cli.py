@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from builders import low
-from streams.codec import decode_event, encode_verdict
+from streams.codec import append_verdict, decode_event, encode_verdict
 from streams.engine import apply
+from streams.replay import replay
 
 LOW_CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
                                           "globalCircuitBreakerThreshold": 7}}}  # fmt: skip
@@ -120,6 +122,34 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path, config
     assert [line.split(":")[0] for line in err] == ["line 3", "line 5", "line 8"]
     # processing continued: every good call still has its verdict, in order
     assert proc.stdout == expected_output(good, low())
+
+
+def test_whitespace_lines_skipped_other_bytes_refused():
+    """Blank means ASCII whitespace only (what bytes.strip removes); a line of
+    other bytes is an event that fails to decode."""
+    good = [line.encode() for line in loop_lines("r1", 1)]
+    lines = [good[0], b"", b" \t\r", b"\x0b\x0c ", b"\xa0", good[1], b"\x1c"]
+    out, err = io.BytesIO(), io.StringIO()
+    assert replay(lines, low(), out, err) == 2
+    assert [line.split(":")[0] for line in err.getvalue().splitlines()] == ["line 5", "line 7"]
+    assert out.getvalue() == expected_output(loop_lines("r1", 1), low())
+
+
+def test_verdicts_are_written_whole_across_output_blocks():
+    """The output buffer is flushed in blocks; no verdict is cut or lost."""
+    lines = [line.encode() for line in loop_lines("r1", 1200)]
+    out = io.BytesIO()
+    replay(lines, low(), out, io.StringIO())
+    assert out.getvalue() == expected_output(loop_lines("r1", 1200), low())
+    assert len(out.getvalue()) > 1 << 16
+
+
+def test_append_verdict_is_encode_verdict_and_a_newline():
+    verdicts = [v for line in loop_lines("r1", 25) for v in apply(None, decode_event(line), low()).verdicts]
+    buffer = bytearray(b"x")
+    for verdict in verdicts:
+        append_verdict(buffer, verdict)
+    assert bytes(buffer) == b"x" + b"".join(encode_verdict(v) + b"\n" for v in verdicts)
 
 
 def test_duplicates_write_nothing(tmp_path, config_file):

@@ -4,10 +4,15 @@ escapes them. Expected values below were checked against JavaScript."""
 
 from __future__ import annotations
 
+import math
+
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import sjson
-from streams.engine.stablejson import UNDEFINED, decode_payload, js_number, normalize_payload, stable_json
+from streams.engine.stablejson import FLOAT_HOOK, UNDEFINED, decode_payload, js_number, normalize_payload, stable_json
 
 
 def test_keys_sorted_compact():
@@ -118,3 +123,40 @@ def test_big_integers_exact_path_keeps_key_order():
 
 def test_undefined_token():
     assert stable_json(UNDEFINED) == b"undefined"
+
+
+# Every JSON float literal: sign, integer part, fraction, exponent, in all lengths.
+_float_literals = st.from_regex(
+    r"\A-?(0|[1-9][0-9]{0,20})(\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?\Z", fullmatch=True
+).filter(lambda text: "." in text or "e" in text.lower())
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_float_literals)
+def test_float_literals_spelled_as_javascript_prints_their_value(text):
+    """The hook passes the usual literal through unchanged; whatever it passes
+    must be exactly JavaScript's spelling of the value."""
+    value = float(text)
+    expected = js_number(value) if math.isfinite(value) else f'"{js_number(value)}"'
+    assert bytes(FLOAT_HOOK(text)).decode() == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "js"),
+    [
+        ("0.0001", "0.0001"), ("0.00001", "0.00001"), ("0.0000001", "1e-7"), ("1.50", "1.5"), ("-0.0", "0"),
+        ("-0.5", "-0.5"), ("123456789012345.6", "123456789012345.6"), ("12345678901234.56", "12345678901234.56"),
+        ("0.30000000000000001", "0.3"), ("1.0000000000000001", "1"), ("9007199254740993.0", "9007199254740992"),
+        ("1E2", "100"), ("1e21", "1e+21"), ("1e999", '"Infinity"'),
+    ],
+)  # fmt: skip
+def test_float_literal_edges(text, js):
+    assert bytes(FLOAT_HOOK(text)).decode() == js
+    assert stable_json(decode_payload(f"[{text}]".encode())) == f"[{js}]".encode()
+
+
+def test_byte_checks_see_astral_and_private_use_characters_in_values_too():
+    # not keys: the exact path then runs for nothing, and must print the same
+    value = {"b": "\ue000", "a": "\U0001f600", "c": [1, 2**60]}
+    assert stable_json(value) == '{"a":"\U0001f600","b":"\ue000","c":[1,1152921504606847000]}'.encode()
+    assert msgspec.json.encode(value, order="sorted") != stable_json(value)
