@@ -59,6 +59,8 @@ MAX_FIELD_CHARS = 4096
 #: Producer request limit: a dead letter carries an event of up to
 #: --max-event-bytes unchanged, plus headers.
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: State writes between two chances for the processor to take new events.
+WRITES_PER_YIELD = 200
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
@@ -377,7 +379,11 @@ class Processor:
 
     async def _write(self, chunk: Chunk) -> list[Awaitable[Any]]:
         put = self.runs.put
-        written = [await put(message.partition, key, data) for message, key, data in chunk.snapshots]
+        written = []
+        for n, (message, key, data) in enumerate(chunk.snapshots, 1):
+            written.append(await put(message.partition, key, data))
+            if n % WRITES_PER_YIELD == 0:
+                await asyncio.sleep(0)  # new events get their verdicts meanwhile
         live = self.live
         for slot, (_event, entry, _dirty) in chunk.touched.items():
             if entry[1] is chunk and live.get(slot) is entry:
@@ -563,9 +569,9 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         partitions=events_partitions,
         help="per-run loop-detection state (StoredRun, msgpack)",
         options={
-            "write_buffer_size": 16 * 1024 * 1024,
+            "write_buffer_size": 4 * 1024 * 1024,
             "max_write_buffer_number": 2,
-            "block_cache_size": 64 * 1024 * 1024,
+            "block_cache_size": 8 * 1024 * 1024,
             "block_cache_compressed_size": 0,
         },
     )

@@ -34,13 +34,21 @@ class Sink(Protocol):
 
 
 def install(app: faust.App, topic: str, sink: Sink) -> None:
-    """Make the app's consumer feed ``topic`` to ``sink`` in batches."""
-    consumer = app.consumer
+    """Make the app's consumer, when Faust creates it, feed ``topic`` to
+    ``sink`` in batches. (Created any earlier, outside the worker, the
+    consumer would not know about exactly_once transactions.)"""
+    new_consumer = app._new_consumer
 
-    async def drain(fetcher: Any) -> None:
-        await _drain(consumer, fetcher, topic, sink)
+    def consumer_with_intake() -> Any:
+        consumer = new_consumer()
 
-    consumer._drain_messages = drain  # type: ignore[method-assign]
+        async def drain(fetcher: Any) -> None:
+            await _drain(consumer, fetcher, topic, sink)
+
+        consumer._drain_messages = drain
+        return consumer
+
+    app._new_consumer = consumer_with_intake  # type: ignore[method-assign]
 
 
 async def _drain(consumer: Any, fetcher: Any, topic: str, sink: Sink) -> None:
@@ -58,8 +66,8 @@ async def _drain(consumer: Any, fetcher: Any, topic: str, sink: Sink) -> None:
             room = sink.room()
             if room is not None:
                 # Backpressure: fetch nothing more while the processor is
-                # full; a rebalance must not wait behind it.
-                await consumer.wait_first(room, suspended.wait())
+                # full. (A rebalance cancels this task and starts it again.)
+                await room
                 continue
             await consumer.sleep(0)
             if consumer.should_stop:
