@@ -1,19 +1,21 @@
-"""The stream processor: one Faust agent, partitioned by run id.
+"""The stream processor: a Faust app, partitioned by run id.
 
-    loopwarden.events ──▶ agent ──▶ engine.apply ──▶ loopwarden.decisions
+    loopwarden.events ──▶ intake ──▶ engine.apply ──▶ loopwarden.decisions
                            │                ╰── bad input ──▶ loopwarden.deadletter
                            ╰── runs table (RocksDB + changelog), written after the verdicts
 
-The agent takes each event as it comes (acknowledgements off), decodes it
-exactly as ``loopwarden replay`` does, loads the run's state (from the
-in-memory overlay of runs in flight, else the table), applies the engine and
-sends the verdict without waiting. Events are grouped into chunks; a
-finisher task waits until the broker has acknowledged a chunk's verdicts and
-dead letters, then writes the states the chunk left to the table, and only
-then acknowledges the chunk's events to Faust, whose offset commits follow
-the acknowledgements. No durable record gets ahead of the published
-verdicts, so a crash anywhere makes Kafka redeliver events whose verdicts are
-recomputed byte for byte (docs/PROCESSING.md says why this is enough).
+The consumer hands each fetched batch of events to the processor in one call
+(streams/intake.py: Faust's per-message delivery costs more than everything
+else together). The processor takes the events in order, decodes each exactly
+as ``loopwarden replay`` does, loads the run's state (from the in-memory
+overlay of runs in flight, else the table), applies the engine and sends the
+verdict without waiting. Events are grouped into chunks; a finisher task
+waits until the broker has acknowledged a chunk's verdicts and dead letters,
+then writes the states the chunk left to the table, and only then
+acknowledges the chunk's events to Faust, whose offset commits follow the
+acknowledgements. No durable record gets ahead of the published verdicts, so
+a crash anywhere makes Kafka redeliver events whose verdicts are recomputed
+byte for byte (docs/PROCESSING.md says why this is enough).
 
 Faust is used with raw bytes everywhere (no models, no serializer work); the
 verdict bytes are exactly ``encode_verdict``.
@@ -22,21 +24,22 @@ verdict bytes are exactly ``encode_verdict``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
 import msgspec
-from faust.types import EventT
+from faust.types.tuples import Message
 
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
-from streams import logs
+from streams import intake, logs
 from streams.faust_fixes import harden_faust
 from streams.runtable import RunTable, decode_stored, encode_stored, touched_at
 from streams.codec import BadEvent, decode_event, encode_verdict
@@ -56,6 +59,11 @@ MAX_FIELD_CHARS = 4096
 #: Producer request limit: a dead letter carries an event of up to
 #: --max-event-bytes unchanged, plus headers.
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: State writes between two chances for the processor to take new events.
+WRITES_PER_YIELD = 200
+#: Per-partition producer batch: room for a few hundred stored states, not
+#: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
+PRODUCER_BATCH_BYTES = 512 * 1024
 
 # Dead-letter headers: the value stays the original bytes, untouched.
 H_REASON = "loopwarden.reason"
@@ -89,31 +97,32 @@ class Chunk:
     letters must be acknowledged by the broker before the states they left
     are written and the events themselves are acknowledged to Faust."""
 
-    __slots__ = ("events", "sent", "touched", "snapshots", "started")
+    __slots__ = ("messages", "sent", "touched", "snapshots", "started")
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
-        self.events: list[EventT] = []
+        self.messages: list[Message] = []
         self.sent: list[Awaitable[Any]] = []
-        # (partition, run key) -> [event, live entry, dirty]
+        # (partition, run key) -> [message, live entry, dirty]
         self.touched: dict[tuple[int, bytes], list[Any]] = {}
-        self.snapshots: list[tuple[EventT, bytes, bytes]] = []
+        self.snapshots: list[tuple[Message, bytes, bytes]] = []
 
 
 class Processor:
-    """State and behaviour of the agent; one per worker process.
+    """State and behaviour of the worker's processing; one per worker process.
 
-    The agent takes events one at a time with acknowledgements off
-    (``stream.noack()``), applies the engine at once and sends the verdicts
-    without waiting. Events accumulate in the open *chunk*; a finisher task
-    closes it whenever it is free (snapshotting the states the chunk left,
-    as bytes), waits until the broker has acknowledged every message the
-    chunk sent, writes the snapshots to the table, and only then acknowledges
-    the chunk's events to Faust (which commits offsets only of acknowledged
-    events). While a chunk waits for its acknowledgements the agent keeps
-    going into the next one, so waiting for the broker costs latency, not
-    throughput. The newest state of every run in flight is kept in memory
-    (``live``) so later events of the run see it.
+    The consumer hands over fetched batches (``feed``, see streams/intake.py);
+    the processing task takes their events one by one, applies the engine at
+    once and sends the verdicts without waiting. Events accumulate in the open
+    *chunk*; a finisher task closes it after ``flush_interval`` (or when it
+    holds ``batch_size`` events), snapshotting the states it left as bytes,
+    waits until the broker has acknowledged every message the chunk sent,
+    writes the snapshots to the table, and only then acknowledges the chunk's
+    events to Faust (which commits offsets only of acknowledged events).
+    While a chunk waits for its acknowledgements the processing goes on into
+    the next one, so waiting for the broker costs latency, not throughput.
+    The newest state of every run in flight is kept in memory (``live``) so
+    later events of the run see it.
     """
 
     def __init__(self, app: faust.App, settings: Settings, config: FleetConfig, table: Any) -> None:
@@ -130,8 +139,11 @@ class Processor:
         self.live: dict[tuple[int, bytes], list[Any]] = {}
         self.open = Chunk()
         self.closed: deque[Chunk] = deque()
-        self.in_flight = 0
-        self._wake = asyncio.Event()
+        self.pending: deque[list[Message]] = deque()  # fed, not taken yet
+        self.in_flight = 0  # fed, not finished yet
+        self._fed = asyncio.Event()
+        self._wake = asyncio.Event()  # the open batch got its first event
+        self._queued = asyncio.Event()  # a batch was closed
         self._drained = asyncio.Event()
         self._transactional: dict[int, str] = {}
         # Prometheus metrics (streams/metrics.py) only when the web server
@@ -142,41 +154,59 @@ class Processor:
 
             self.metrics = METRICS
 
-    # -- the agent ---------------------------------------------------------
+    # -- intake ------------------------------------------------------------
 
-    async def agent(self, stream: faust.StreamT) -> None:
-        manual = stream.noack()  # events are acknowledged by the finisher only
-        finisher = asyncio.ensure_future(self._finisher(manual))
-        limit = self.settings.max_in_flight
+    def feed(self, messages: list[Message]) -> None:
+        """A batch fetched by the consumer (already tracked for commits)."""
+        self.pending.append(messages)
+        self.in_flight += len(messages)
+        self._fed.set()
+
+    def room(self) -> Awaitable[None] | None:
+        """None while fewer than ``max_in_flight`` events are unfinished."""
+        if self.in_flight < self.settings.max_in_flight:
+            return None
+        self._drained.clear()
+        return self._drained.wait()
+
+    async def run(self) -> None:
+        """Take every fed event in order, for as long as the worker runs.
+
+        Events taken are acknowledged by the finisher only; Faust waits for
+        that before it stops or rebalances. If this task stops, whatever was
+        not acknowledged is redelivered."""
+        finisher = asyncio.ensure_future(self._finisher())
+        pending = self.pending
+        batch_size = self.settings.batch_size
         try:
-            async for event in manual.events():
-                if finisher.done():
-                    finisher.result()  # re-raise what stopped it
-                await self.take(event)
-                if len(self.open.events) >= self.settings.batch_size:
-                    self._close_open()
-                if self.in_flight >= limit:
-                    self._drained.clear()
-                    await self._drained.wait()
+            while True:
+                if not pending:
+                    self._fed.clear()
+                    await self._fed.wait()
+                    continue
+                for message in pending.popleft():
+                    await self.take(message)
+                    if len(self.open.messages) >= batch_size:
+                        self._close_open()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            _exit_for_redelivery("cannot take an event", exc)
         finally:
-            # Faust waits for every taken event to be acknowledged before it
-            # stops or rebalances, so normally nothing is in flight here; if
-            # something is, it stays unacknowledged and is redelivered.
             finisher.cancel()
 
-    async def take(self, event: EventT) -> None:
+    async def take(self, message: Message) -> None:
         """Decode, apply, send; the event joins the open chunk."""
         chunk = self.open
-        message = event.message
         raw = message.value
         metrics = self.metrics
         if metrics is not None:
             started = time.perf_counter()
             metrics.offset_seen(message.topic, message.partition, message.offset, self.app.consumer.highwater(message.tp))
         tid = self._transactional_id(message.partition) if self.exactly_once else None
-        chunk.events.append(event)
-        self.in_flight += 1
-        if len(chunk.events) == 1:
+        chunk.messages.append(message)
+        if len(chunk.messages) == 1:
+            chunk.started = time.perf_counter()
             self._wake.set()
         try:
             if not raw:
@@ -190,7 +220,7 @@ class Processor:
             slot = (message.partition, key)
             entry = self.live.get(slot)
             if entry is None:
-                entry = self.live[slot] = [self._load(event, key), chunk]
+                entry = self.live[slot] = [self._load(message, key), chunk]
             try:
                 outcome = apply_safely(entry[0].state, decoded, self.config)
             except BadEvent:
@@ -207,7 +237,7 @@ class Processor:
         entry[1] = chunk
         touched = chunk.touched.get(slot)
         if touched is None:
-            touched = chunk.touched[slot] = [event, entry, False]
+            touched = chunk.touched[slot] = [message, entry, False]
         self.counts["events"] += 1
         if metrics is not None:
             metrics.outcome(type(decoded).__struct_config__.tag, outcome)
@@ -216,7 +246,7 @@ class Processor:
             self.counts["duplicates"] += 1
             return
         entry[0].state = outcome.state
-        touched[0] = event
+        touched[0] = message
         touched[2] = True
         for verdict in outcome.verdicts:
             data = encode_verdict(verdict)
@@ -240,8 +270,8 @@ class Processor:
                 attempts=outcome.armed,
             )
 
-    def _load(self, event: EventT, key: bytes) -> StoredRun:
-        data = self.runs.get(event, key)
+    def _load(self, message: Message, key: bytes) -> StoredRun:
+        data = self.runs.get(message.partition, key)
         if data is None:
             return StoredRun(0.0, RunState())
         try:
@@ -260,12 +290,13 @@ class Processor:
         """Snapshot the states the open chunk left and queue it."""
         chunk, self.open = self.open, Chunk()
         now = time.time()
-        for (_partition, key), (event, entry, dirty) in chunk.touched.items():
+        for (_partition, key), (message, entry, dirty) in chunk.touched.items():
             if dirty:
                 stored = entry[0]
                 stored.touched = now
-                chunk.snapshots.append((event, key, self._encode_state(key, stored)))
+                chunk.snapshots.append((message, key, self._encode_state(key, stored)))
         self.closed.append(chunk)
+        self._queued.set()
 
     def _encode_state(self, key: bytes, stored: StoredRun) -> bytes:
         """The stored run's bytes; a state that cannot be stored (too large
@@ -300,13 +331,22 @@ class Processor:
                 changes[name] = value[:MAX_FIELD_CHARS] + "…[truncated]"
         return encode_verdict(msgspec.structs.replace(verdict, **changes))
 
-    async def _finisher(self, stream: faust.StreamT) -> None:
+    async def _finisher(self) -> None:
+        ack = self.app.consumer.ack
         try:
             while True:
                 if not self.closed:
-                    if not self.open.events:
+                    if not self.open.messages:
                         self._wake.clear()
                         await self._wake.wait()
+                        continue
+                    gather_for = self.open.started + self.settings.flush_interval - time.perf_counter()
+                    if gather_for > 0:
+                        # Let the batch gather: a run touched again meanwhile
+                        # is stored once. The agent closes a full batch itself.
+                        self._queued.clear()
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(self._queued.wait(), gather_for)
                         continue
                     self._close_open()
                 chunk = self.closed[0]
@@ -321,12 +361,12 @@ class Processor:
                     # acknowledged, so a worker that takes the partition over
                     # restores at least what the committed offsets imply.
                     await asyncio.gather(*written)
-                for event in chunk.events:
-                    await stream.ack(event)
+                for message in chunk.messages:
+                    ack(message)
                 self.closed.popleft()
                 if self.metrics is not None:
                     self.metrics.batch(time.perf_counter() - chunk.started)
-                self.in_flight -= len(chunk.events)
+                self.in_flight -= len(chunk.messages)
                 self.counts["chunks"] += 1
                 self._drained.set()
         except asyncio.CancelledError:
@@ -335,17 +375,15 @@ class Processor:
             # Verdicts could not be delivered (or the table refused a write):
             # nothing of this chunk was acknowledged, so exiting now makes
             # Kafka redeliver it; going on could commit past it.
-            log.critical(
-                "cannot finish a batch; exiting so that its events are redelivered",
-                exc_info=exc,
-                extra={"fields": {"event": "fatal", "error": type(exc).__name__}},
-            )
-            logging.shutdown()
-            os._exit(70)
+            _exit_for_redelivery("cannot finish a batch", exc)
 
     async def _write(self, chunk: Chunk) -> list[Awaitable[Any]]:
         put = self.runs.put
-        written = [await put(event, key, data) for event, key, data in chunk.snapshots]
+        written = []
+        for n, (message, key, data) in enumerate(chunk.snapshots, 1):
+            written.append(await put(message.partition, key, data))
+            if n % WRITES_PER_YIELD == 0:
+                await asyncio.sleep(0)  # new events get their verdicts meanwhile
         live = self.live
         for slot, (_event, entry, _dirty) in chunk.touched.items():
             if entry[1] is chunk and live.get(slot) is entry:
@@ -461,6 +499,19 @@ class Processor:
         )
 
 
+def _exit_for_redelivery(what: str, exc: BaseException) -> NoReturn:
+    """Stop the process without acknowledging anything more: Kafka redelivers
+    every event not finished, which is safe, whereas going on could commit
+    past events that never got their verdicts."""
+    log.critical(
+        f"{what}; exiting so that its events are redelivered",
+        exc_info=exc,
+        extra={"fields": {"event": "fatal", "error": type(exc).__name__}},
+    )
+    logging.shutdown()
+    os._exit(70)
+
+
 def _done() -> asyncio.Future[None]:
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     future.set_result(None)
@@ -498,6 +549,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         consumer_auto_offset_reset="earliest",
         producer_linger_ms=settings.linger_ms,
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
         web_host="127.0.0.1",
@@ -517,9 +569,9 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         partitions=events_partitions,
         help="per-run loop-detection state (StoredRun, msgpack)",
         options={
-            "write_buffer_size": 16 * 1024 * 1024,
+            "write_buffer_size": 4 * 1024 * 1024,
             "max_write_buffer_number": 2,
-            "block_cache_size": 64 * 1024 * 1024,
+            "block_cache_size": 8 * 1024 * 1024,
             "block_cache_compressed_size": 0,
         },
     )
@@ -529,7 +581,13 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
 
         install_metrics(app)  # GET /metrics on the web server
     processor = Processor(app, settings, config, table)
-    app.agent(events, name="loopwarden.process")(processor.agent)
+    app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
+    intake.install(app, settings.topics.events, processor)
+
+    async def process() -> None:
+        await processor.run()
+
+    app.task(process, traced=False)
     # Timer functions take no argument: Faust passes the app to one that does.
     async def sweep() -> None:
         await processor.sweep()

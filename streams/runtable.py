@@ -40,12 +40,22 @@ def touched_at(data: bytes) -> float:
     return _touched_decoder.decode(data).touched
 
 
+class _At:
+    """What Faust's store reads from its *current event*: the partition."""
+
+    __slots__ = ("message", "partition", "__weakref__")
+
+    def __init__(self, partition: int) -> None:
+        self.message = self  # the store asks for ``event.message.partition``
+        self.partition = partition
+
+
 class RunTable:
     """The runs table, addressed by (partition, run id).
 
     Faust's RocksDB store keeps one database per partition and picks it from
-    the task-local *current event*; the agent works on events of several
-    partitions at once, so each access names its event explicitly. A write
+    the task-local *current event*; the worker takes events of several
+    partitions at once, so each access names its partition explicitly. A write
     puts the value into the partition's RocksDB and sends it to the table's
     changelog topic on the same partition. The changelog message is sent
     straight to the producer rather than through ``table[key] = value``,
@@ -65,17 +75,18 @@ class RunTable:
             self._changelog = self.table.changelog_topic_name
         return self._changelog
 
-    def get(self, event: Any, key: bytes) -> bytes | None:
-        token = _current_event.set(weakref.ref(event))
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        at = _At(partition)  # held here: the context keeps only a weak reference
+        token = _current_event.set(weakref.ref(at))
         try:
             return self.table.data.get(key)
         finally:
             _current_event.reset(token)
 
-    async def put(self, event: Any, key: bytes, value: bytes) -> Awaitable[Any]:
+    async def put(self, partition: int, key: bytes, value: bytes) -> Awaitable[Any]:
         """Write locally, send to the changelog; returns the send's future."""
-        partition = event.message.partition
-        token = _current_event.set(weakref.ref(event))
+        at = _At(partition)  # held here: the context keeps only a weak reference
+        token = _current_event.set(weakref.ref(at))
         try:
             self.table.data[key] = value
         finally:

@@ -8,9 +8,13 @@ Publishes ``--calls`` tool_call/tool_result pairs for each of ``--runs`` runs
 varied healthy ``read`` calls, so the default config allows them all and
 each call enters the run's history), runs one worker with default settings
 (--standby-replicas 0) until every verdict is out, then reports: the
-worker's RSS growth over its idle size after assignment, the RocksDB data
-directory on disk (while running, and after a clean stop, which flushes the
-memtables), the encoded run states (msgpack ``StoredRun``, what RocksDB and
+worker's RSS growth over its idle size after assignment (a high-water
+mark: the chunks in flight while every run was busy), the RSS of a worker
+started afresh on the same data once the first stopped (the runs held, no
+event in flight), the RocksDB data
+directory on disk (while running; after a clean stop, which flushes the
+memtables; and after a full compaction of the stopped worker's databases,
+which drops the overwritten versions of each run), the encoded run states (msgpack ``StoredRun``, what RocksDB and
 the changelog store per run, computed offline with the same engine), each
 scaled to 100,000 runs.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import msgspec
 
@@ -59,6 +64,19 @@ def offline_state_bytes(messages: list[tuple[bytes, bytes]]) -> tuple[int, int]:
     return total, len(states)
 
 
+def compact(data: Path) -> None:
+    """Compact every RocksDB database under ``data`` (the worker stopped):
+    what the store settles at once RocksDB has dropped overwritten versions."""
+    import rocksdict
+
+    for current in data.rglob("CURRENT"):
+        db = rocksdict.Rdict(str(current.parent), options=rocksdict.Options(raw_mode=True))
+        try:
+            db.compact_range(None, None)
+        finally:
+            db.close()
+
+
 def main() -> int:
     p = c.parser(__doc__)
     p.add_argument("--runs", type=int, default=100000)
@@ -89,14 +107,24 @@ def main() -> int:
                 rss1 = c.rss_bytes(w.pid)
                 disk1 = c.dir_bytes(data)
             disk2 = c.dir_bytes(data)
+            # The same runs, held by a worker started afresh on that data
+            # dir: what they cost in memory once no event is in flight.
+            with c.worker(bootstrap, names, work, "w0", args.partitions, args.worker_args) as again:
+                again.wait_log("event=assigned", 180, count=2)
+                time.sleep(3.0)
+                rss2 = c.rss_bytes(again.pid)
+            compact(data)
+            disk3 = c.dir_bytes(data)
             span, rate = c.span_rate([t for t, _ in out], len(messages))
             rows.append({
                 "runs": args.runs, "calls_per_run": args.calls, "verdicts": len(out), "events_per_s": rate,
                 "rss_idle_mb": rss0 / 1e6, "rss_after_mb": rss1 / 1e6,
                 "rss_per_100k_runs_mb": (rss1 - rss0) * per / 1e6,
+                "rss_restarted_mb": rss2 / 1e6, "rss_restarted_per_100k_runs_mb": (rss2 - rss0) * per / 1e6,
                 "rocksdb_running_mb": (disk1 - disk0) / 1e6, "rocksdb_stopped_mb": disk2 / 1e6,
                 "disk_per_run_bytes_running": (disk1 - disk0) / args.runs,
                 "disk_per_run_bytes_stopped": disk2 / args.runs,
+                "rocksdb_compacted_mb": disk3 / 1e6, "disk_per_run_bytes_compacted": disk3 / args.runs,
                 "encoded_state_per_run_bytes": encoded / runs,
             })  # fmt: skip
             print(c.table(rows[-1:], list(rows[-1])), flush=True)

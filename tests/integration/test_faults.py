@@ -279,8 +279,11 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
     workers: list[Worker] = []
     kills: list[dict[str, Any]] = []
     started = time.monotonic()
+    # Published over ~20 s: a worker takes a few thousand events a second,
+    # so a trace published at once would be finished before the first kill.
+    feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, t["events"], lines, 20.0, 40))
     try:
-        produce(broker.bootstrap, t["events"], lines)
+        feeder.start()
         workers.append(incarnation(broker.bootstrap, t, tmp_path, "w", 0, config=config).start())
         for fraction in (0.25, 0.60):
             tail.wait_distinct(int(len(expected) * fraction), 120, workers[-1:])
@@ -296,6 +299,7 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
         time.sleep(1.0)  # stragglers (repeats) still in flight
         assert workers[-1].stop() == 0
     finally:
+        feeder.join()
         stop_all(workers)
         tail.close()
     figures = check_invariant(tail.values(), expected)

@@ -269,3 +269,20 @@ def test_bad_config_refuses_to_start(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "tools.loopDetection.warningThreshold" in proc.stderr
     assert time.monotonic() - started < 30
+
+
+def test_exactly_once_matches_replay(broker, tmp_path: Path) -> None:
+    """With Kafka transactions the verdicts (read committed) are replay's too:
+    each partition's transactional producer exists before its first event."""
+    t = names("eos")
+    config = write_config(tmp_path)
+    lines = make_trace(runs=24, events_per_run=20, seed=5)
+    expected = reference(lines, config)
+    _topics(broker, t, 4)
+    produce(broker.bootstrap, t["events"], lines)
+    worker = Worker(broker.bootstrap, t, tmp_path, "eos", config=config,
+                    extra=["--processing-guarantee", "exactly_once"])  # fmt: skip
+    with worker:
+        records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
+        assert "event=fatal" not in worker.log()
+    _assert_same(values(records), expected)
