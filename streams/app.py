@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -499,6 +500,21 @@ class Processor:
         )
 
 
+#: Young-generation collections every 50,000 net allocations instead of 700,
+#: and full ones rarely: a gateway waits while the worker collects.
+GC_THRESHOLDS = (50_000, 50, 1_000)
+
+
+def settle_gc() -> None:
+    """Once the worker runs: move what start-up built (Faust, the app, the
+    modules) out of the collector's way, and collect young objects in larger,
+    rarer passes. Measured in bench/README.md ("Decision latency"): p99 at
+    2,000 calls/s about halved."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def _exit_for_redelivery(what: str, exc: BaseException) -> NoReturn:
     """Stop the process without acknowledging anything more: Kafka redelivers
     every event not finished, which is safe, whereas going on could commit
@@ -585,6 +601,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
     intake.install(app, settings.topics.events, processor)
 
     async def process() -> None:
+        settle_gc()
         await processor.run()
 
     app.task(process, traced=False)

@@ -14,7 +14,9 @@ saturated worker shows as achieved < offered and as latency growing within
 the window. Latency = time from just before ``send()`` of the tool_call to
 the verdict record arriving at the generator's consumer (both in one
 process, one clock): the gateway's whole wait, producer and consumer
-included. The first --warmup seconds of each rate are not counted. Rates run
+included. ``to_worker_send`` splits it: from the gateway's send to the
+worker's send of the verdict (the verdict record's create time, set by the
+worker's producer; millisecond resolution, same machine clock). The first --warmup seconds of each rate are not counted. Rates run
 one after the other against the same worker, each with fresh run ids.
 """
 
@@ -66,6 +68,9 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     idle: deque[int] = deque(range(runs))
     pending: dict[tuple[str, int], tuple[float, int]] = {}
     latencies: list[tuple[float, float]] = []  # (sent at, latency)
+    # Gateway send -> the worker's send of the verdict (the record's create
+    # time, set by the worker's producer; same machine, same wall clock).
+    inbound: list[float] = []
     state = {"issued": 0, "deferred": 0, "answered": 0, "backlog": 0}
     start = time.perf_counter()
     stop_at = start + warmup + duration
@@ -77,7 +82,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         event = {"type": "tool_call", "run_id": run, "seq": seq, "tool_call_id": f"c{seq}", "tool_name": "read",
                  "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000}}  # fmt: skip
         now = time.perf_counter()
-        pending[(run, seq)] = (now, i)
+        pending[(run, seq)] = (now, i, time.time())
         await producer.send(topic_in, _enc.encode(event), key=run.encode())
 
     async def result(i: int, call_seq: int) -> None:
@@ -114,10 +119,11 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
                     hit = pending.pop((k.run_id, k.seq), None)
                     if hit is None:
                         continue
-                    sent, i = hit
+                    sent, i, sent_wall = hit
                     state["answered"] += 1
                     if sent - start >= warmup:
                         latencies.append((sent - start, now - sent))
+                        inbound.append(r.timestamp / 1000 - sent_wall)
                     await result(i, k.seq)
                     idle.append(i)
             if time.perf_counter() >= stop_at and (not pending or time.perf_counter() > stop_at + 15):
@@ -141,6 +147,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         "p50_ms": pct(lat, 0.50) * 1000, "p95_ms": pct(lat, 0.95) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
         "max_ms": (max(lat) if lat else float("nan")) * 1000,
         "p50_first_half_ms": pct(halves[0], 0.5) * 1000, "p50_second_half_ms": pct(halves[1], 0.5) * 1000,
+        "to_worker_send_p50_ms": pct(inbound, 0.50) * 1000, "to_worker_send_p99_ms": pct(inbound, 0.99) * 1000,
         "generator_cpu_s": cpu,
     }  # fmt: skip
 
@@ -172,14 +179,15 @@ def main() -> int:
                     row["load1"] = load
                     rows.append(row)
                     print(c.table([row], ["offered_per_s", "achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-                                          "p50_first_half_ms", "p50_second_half_ms", "deferred", "worker_cpu_s",
-                                          "load1"]), flush=True)  # fmt: skip
+                                          "to_worker_send_p50_ms", "to_worker_send_p99_ms", "deferred",
+                                          "worker_cpu_s", "load1"]), flush=True)  # fmt: skip
     summary = []
     for rate in rates:
         mine = [r for r in rows if r["offered_per_s"] == rate]
         summary.append({"offered_per_s": rate, **{k: c.median([r[k] for r in mine]) for k in
                         ("achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "p50_first_half_ms",
-                         "p50_second_half_ms")}, "repeats": len(mine)})  # fmt: skip
+                         "p50_second_half_ms", "to_worker_send_p50_ms", "to_worker_send_p99_ms")},
+                        "repeats": len(mine)})  # fmt: skip
     print("\nmedians:")
     print(c.table(summary, list(summary[0])))
     c.record("latency", args, {"runs": rows, "median": summary})
