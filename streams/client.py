@@ -574,6 +574,24 @@ class GuardClient:
         elif verdict.decision != "abort":
             self.stats["late"] += 1  # its check already gave up (or it is a result's)
 
+    def _decision_partitions(self) -> set[int]:
+        """The decision topic's partitions, asked through the producer, whose
+        wait is bounded by ``max_block_ms``: the consumer's own lookup waits
+        without a bound, so with Kafka down the reader would never see
+        ``close()``."""
+        from kafka.errors import KafkaTimeoutError
+
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("client closed")
+        try:
+            partitions = producer.partitions_for(self.decisions_topic)
+        except KafkaTimeoutError:
+            partitions = None
+        if not partitions:
+            raise RuntimeError(f"topic {self.decisions_topic} not found, or Kafka unreachable")
+        return partitions
+
     def _read_decisions(self) -> None:
         """The reader thread: manual assignment of every partition of the
         decisions topic, positioned at the end (no consumer group, no commits:
@@ -595,10 +613,8 @@ class GuardClient:
                         "reconnect_backoff_max_ms": 2000,
                     }
                     config.update(self._consumer_config)
+                    partitions = self._decision_partitions()
                     consumer = KafkaConsumer(**config)
-                    partitions = consumer.partitions_for_topic(self.decisions_topic)
-                    if not partitions:
-                        raise RuntimeError(f"topic {self.decisions_topic} not found")
                     tps = [TopicPartition(self.decisions_topic, p) for p in sorted(partitions)]
                     consumer.assign(tps)
                     consumer.seek_to_end(*tps)

@@ -175,10 +175,12 @@ def test_timeout_fail_open_and_fail_closed(broker, topics, caplog):
 
 def test_broker_unreachable_falls_back_fast():
     """No broker at all: start() does not hang, publishing fails within the
-    timeout and the policy applies with the publish error as reason."""
+    timeout and the policy applies with the publish error as reason; close()
+    stops the decision reader even though Kafka never answered."""
     dead = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     client = GuardClient(dead, timeout=0.5, policy="fail_closed", start_timeout=0.5).start()
+    reader = client._thread
     try:
         verdict = client.check(client.tool_call("r1", "exec", {"command": "ls"}))
         assert verdict.decision == "block" and verdict.fallback == "fail_closed"
@@ -186,6 +188,7 @@ def test_broker_unreachable_falls_back_fast():
         assert time.monotonic() - started < 5
     finally:
         client.close(timeout=1)
+    assert reader is not None and not reader.is_alive()
 
 
 def test_duplicate_verdicts_are_dropped(broker, topics):
