@@ -83,6 +83,9 @@ async def _drain(consumer: Any, fetcher: Any, topic: str, sink: Sink) -> None:
                     # markers, compaction) must not hold commits back.
                     await consumer._add_gap(tp, last + 1, offset)
                 if message.topic == topic:
+                    # Tracked before it is fed: if a rebalance cancels this
+                    # loop first, the batch is dropped, leaves Faust's (weak)
+                    # tracking set unacknowledged, and is fetched again.
                     track(message)
                     batch.append(message)
                 else:
