@@ -62,6 +62,9 @@ MAX_FIELD_CHARS = 4096
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 #: State writes between two chances for the processor to take new events.
 WRITES_PER_YIELD = 200
+#: Events taken from one fetched batch (up to thousands) between two chances
+#: for the rest of the worker to run.
+TAKES_PER_YIELD = 500
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
@@ -185,10 +188,12 @@ class Processor:
                     self._fed.clear()
                     await self._fed.wait()
                     continue
-                for message in pending.popleft():
+                for n, message in enumerate(pending.popleft(), 1):
                     await self.take(message)
                     if len(self.open.messages) >= batch_size:
                         self._close_open()
+                    if n % TAKES_PER_YIELD == 0:
+                        await asyncio.sleep(0)  # the producer, finisher and timers get their turn
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
