@@ -14,6 +14,7 @@ them (visible with ``-s``); docs/RELIABILITY.md is built from those lines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -21,7 +22,8 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +265,42 @@ def trace(runs: int, per_run: int, seed: int, prefix: str) -> list[bytes]:
     return make_trace(runs=runs, events_per_run=per_run, seed=seed, prefix=prefix)
 
 
+@dataclass
+class Case:
+    """One fault test's topics, config, trace, replay's verdicts for it, the
+    decision reader and the workers started (stopped at the end)."""
+
+    t: dict[str, str]
+    config: Path
+    lines: list[bytes]
+    expected: list[bytes]
+    tail: Tail
+    workers: list[Worker] = field(default_factory=list)
+
+    def check(self) -> dict[str, int]:
+        return check_invariant(self.tail.values(), self.expected)
+
+
+@contextlib.contextmanager
+def fault_case(
+    bootstrap: str, tmp_path: Path, name: str, *, runs: int, per_run: int, seed: int,
+    run_prefix: str | None = None, partitions: int = 4, reader_group: bool = False,
+) -> Iterator[Case]:
+    """Fresh topics and a trace for one fault; whatever happens, every worker
+    still running is killed and the reader closed on the way out."""
+    t = names(name)
+    config = write_config(tmp_path)
+    create_topics(bootstrap, t, partitions)
+    lines = trace(runs, per_run, seed, run_prefix or name)
+    tail = Tail(bootstrap, t["decisions"], group=f"{t['app_id']}-reader" if reader_group else None)
+    case = Case(t, config, lines, reference(lines, config), tail)
+    try:
+        yield case
+    finally:
+        stop_all(case.workers)
+        tail.close()
+
+
 # -- (1) SIGKILL mid-trace ----------------------------------------------------
 
 
@@ -270,42 +308,37 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
     """The worker is SIGKILLed twice while it is working through a trace
     (at about 25 % and 60 % of the verdicts) and restarted on the same data
     dir each time: nothing lost, nothing counted twice, repeats identical."""
-    t = names("kill")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 4)
-    lines = trace(64, 40, 11, "kill")
-    expected = reference(lines, config)
-    tail = Tail(broker.bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    kills: list[dict[str, Any]] = []
-    started = time.monotonic()
-    # Published over ~20 s: a worker takes a few thousand events a second,
-    # so a trace published at once would be finished before the first kill.
-    feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, t["events"], lines, 20.0, 40))
-    try:
-        feeder.start()
-        workers.append(incarnation(broker.bootstrap, t, tmp_path, "w", 0, config=config).start())
-        for fraction in (0.25, 0.60):
-            tail.wait_distinct(int(len(expected) * fraction), 120, workers[-1:])
-            at = tail.distinct()
-            workers[-1].stop(signal.SIGKILL)
-            restarted = time.monotonic()
-            workers.append(incarnation(broker.bootstrap, t, tmp_path, "w", len(workers), config=config).start())
-            resumed = tail.wait(lambda: tail.new_since(restarted) is not None or tail.distinct() >= len(expected),
-                                120, "first new verdict after restart", workers[-1:])  # fmt: skip
-            first_new = tail.new_since(restarted)
-            kills.append({"killed_at_verdicts": at, "recovery_s": round((first_new or resumed) - restarted, 2)})
-        done = tail.wait_distinct(len(expected), 120, workers[-1:])
-        time.sleep(1.0)  # stragglers (repeats) still in flight
-        assert workers[-1].stop() == 0
-    finally:
-        feeder.join()
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
-    assert all(k["killed_at_verdicts"] < len(expected) for k in kills), "each kill happened mid-trace"
+    with fault_case(broker.bootstrap, tmp_path, "kill", runs=64, per_run=40, seed=11) as case:
+        kills: list[dict[str, Any]] = []
+        started = time.monotonic()
+        # Published over ~20 s: a worker takes a few thousand events a second,
+        # so a trace published at once would be finished before the first kill.
+        feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, case.t["events"], case.lines, 20.0, 40))
+        try:
+            feeder.start()
+            case.workers.append(incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config).start())
+            for fraction in (0.25, 0.60):
+                case.tail.wait_distinct(int(len(case.expected) * fraction), 120, case.workers[-1:])
+                at = case.tail.distinct()
+                case.workers[-1].stop(signal.SIGKILL)
+                restarted = time.monotonic()
+                again = incarnation(broker.bootstrap, case.t, tmp_path, "w", len(case.workers), config=case.config)
+                case.workers.append(again.start())
+                resumed = case.tail.wait(
+                    lambda: case.tail.new_since(restarted) is not None or case.tail.distinct() >= len(case.expected),
+                    120, "first new verdict after restart", case.workers[-1:],
+                )  # fmt: skip
+                first_new = case.tail.new_since(restarted)
+                kills.append({"killed_at_verdicts": at, "recovery_s": round((first_new or resumed) - restarted, 2)})
+            done = case.tail.wait_distinct(len(case.expected), 120, case.workers[-1:])
+            time.sleep(1.0)  # stragglers (repeats) still in flight
+            assert case.workers[-1].stop() == 0
+        finally:
+            feeder.join()
+    figures = case.check()
+    assert all(k["killed_at_verdicts"] < len(case.expected) for k in kills), "each kill happened mid-trace"
     record_figures(
-        "sigkill_mid_trace", fault="SIGKILL x2 mid-trace, restart same data dir", events=len(lines), **figures,
+        "sigkill_mid_trace", fault="SIGKILL x2 mid-trace, restart same data dir", events=len(case.lines), **figures,
         kills=kills, recovery_s=max(k["recovery_s"] for k in kills), total_s=round(done - started, 1),
     )  # fmt: skip
 
@@ -317,43 +350,34 @@ def test_crash_after_state_written_redelivers_only_duplicates(broker, tmp_path: 
     restarted worker gets every event again. Each must be recognised as a
     duplicate (no event counted twice, no verdict published again), and no
     verdict of before the crash is missing."""
-    t = names("window")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 4)
-    lines = trace(32, 30, 12, "win")
-    expected = reference(lines, config)
-    extra = ["--commit-interval", "3600s"]
-    tail = Tail(broker.bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    try:
-        produce(broker.bootstrap, t["events"], lines)
-        first = incarnation(broker.bootstrap, t, tmp_path, "w", 0, config=config, extra=extra).start()
-        workers.append(first)
-        tail.wait_distinct(len(expected), 120, [first])
-        first.wait_for(lambda: summaries(first).get("events", 0) >= len(lines), 60, "all events processed")
+    with fault_case(broker.bootstrap, tmp_path, "window", runs=32, per_run=30, seed=12, run_prefix="win") as case:
+        extra = ["--commit-interval", "3600s"]
+        produce(broker.bootstrap, case.t["events"], case.lines)
+        first = incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config, extra=extra).start()
+        case.workers.append(first)
+        case.tail.wait_distinct(len(case.expected), 120, [first])
+        first.wait_for(lambda: summaries(first).get("events", 0) >= len(case.lines), 60, "all events processed")
         # The finisher acknowledges a chunk only after its state is written;
         # a chunk count that stops moving means every state is in RocksDB.
         first.wait_for(lambda: summaries(first).get("chunks", 0) > 0, 30, "a finished chunk")
         time.sleep(1.5)
         first.stop(signal.SIGKILL)
         killed = time.monotonic()
-        second = incarnation(broker.bootstrap, t, tmp_path, "w", 1, config=config, extra=extra).start()
-        workers.append(second)
-        second.wait_for(lambda: summaries(second).get("events", 0) >= len(lines), 120, "all events redelivered")
+        second = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config, extra=extra).start()
+        case.workers.append(second)
+        second.wait_for(lambda: summaries(second).get("events", 0) >= len(case.lines), 120, "all events redelivered")
         redelivered = summaries(second)
         recovery = time.monotonic() - killed
         time.sleep(1.0)
         assert second.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
-    assert redelivered.get("duplicates", 0) == redelivered["events"] == len(lines), redelivered
+    figures = case.check()
+    assert redelivered.get("duplicates", 0) == redelivered["events"] == len(case.lines), redelivered
     assert redelivered.get("verdicts", 0) == 0, redelivered
-    assert figures["verdicts_published"] == len(expected), "no verdict published again"
+    assert figures["verdicts_published"] == len(case.expected), "no verdict published again"
     record_figures(
         "crash_after_state_before_commit", fault="SIGKILL after state written, before offset commit",
-        events=len(lines), **figures, redelivered=redelivered["events"], recognised_duplicates=redelivered["duplicates"],
+        events=len(case.lines), **figures, redelivered=redelivered["events"],
+        recognised_duplicates=redelivered["duplicates"],
         recovery_s=round(recovery, 2),
     )  # fmt: skip
 
@@ -366,41 +390,31 @@ def test_producer_retries_same_seq_twice(broker, tmp_path: Path) -> None:
     in a row, and at the end a fifth of the trace is sent again (a late
     retry of old batches). Same seqs, so each repeat is a duplicate: exactly
     replay's verdicts, each published once."""
-    t = names("retry")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 4)
-    lines = trace(48, 30, 13, "retry")
-    expected = reference(lines, config)
-    rng = random.Random(13)
-    stream: list[bytes] = []
-    for line in lines:
-        stream.append(line)
-        if rng.random() < 0.33:
+    with fault_case(broker.bootstrap, tmp_path, "retry", runs=48, per_run=30, seed=13) as case:
+        rng = random.Random(13)
+        stream: list[bytes] = []
+        for line in case.lines:
             stream.append(line)
-    late = rng.sample(range(len(lines)), len(lines) // 5)
-    stream += [lines[i] for i in sorted(late)]
-    assert reference(stream, config) == expected, "replay itself ignores the repeats"
-    tail = Tail(broker.bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    started = time.monotonic()
-    try:
-        worker = Worker(broker.bootstrap, t, tmp_path, "w", config=config).start()
-        workers.append(worker)
-        produce(broker.bootstrap, t["events"], stream)
-        done = tail.wait_distinct(len(expected), 120, workers)
+            if rng.random() < 0.33:
+                stream.append(line)
+        late = rng.sample(range(len(case.lines)), len(case.lines) // 5)
+        stream += [case.lines[i] for i in sorted(late)]
+        assert reference(stream, case.config) == case.expected, "replay itself ignores the repeats"
+        started = time.monotonic()
+        worker = Worker(broker.bootstrap, case.t, tmp_path, "w", config=case.config).start()
+        case.workers.append(worker)
+        produce(broker.bootstrap, case.t["events"], stream)
+        done = case.tail.wait_distinct(len(case.expected), 120, case.workers)
         worker.wait_for(lambda: summaries(worker).get("events", 0) >= len(stream), 60, "all events processed")
         counts = summaries(worker)
         time.sleep(0.5)
         assert worker.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
-    assert figures["verdicts_published"] == len(expected), "a retried event never gets a second verdict"
-    assert counts["duplicates"] >= len(stream) - len(lines), counts
+    figures = case.check()
+    assert figures["verdicts_published"] == len(case.expected), "a retried event never gets a second verdict"
+    assert counts["duplicates"] >= len(stream) - len(case.lines), counts
     record_figures(
         "producer_retries", fault="same events published twice (same seq)", events=len(stream),
-        events_resent=len(stream) - len(lines), **figures, worker_duplicates=counts["duplicates"],
+        events_resent=len(stream) - len(case.lines), **figures, worker_duplicates=counts["duplicates"],
         total_s=round(done - started, 1),
     )  # fmt: skip
 
@@ -411,53 +425,44 @@ def test_producer_retries_same_seq_twice(broker, tmp_path: Path) -> None:
 def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
     """Worker a runs alone; b joins while events flow (rebalance); then a
     leaves (SIGTERM) while events flow and b takes every partition over."""
-    t = names("join")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 6)
-    lines = trace(72, 30, 14, "join")
-    expected = reference(lines, config)
-    thirds = len(lines) // 3
-    parts = [lines[:thirds], lines[thirds : 2 * thirds], lines[2 * thirds :]]
-    tail = Tail(broker.bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    started = time.monotonic()
-    try:
-        a = Worker(broker.bootstrap, t, tmp_path, "a", config=config, partitions=6).start()
-        workers.append(a)
+    with fault_case(broker.bootstrap, tmp_path, "join", runs=72, per_run=30, seed=14, partitions=6) as case:
+        thirds = len(case.lines) // 3
+        parts = [case.lines[:thirds], case.lines[thirds : 2 * thirds], case.lines[2 * thirds :]]
+        started = time.monotonic()
+        a = Worker(broker.bootstrap, case.t, tmp_path, "a", config=case.config, partitions=6).start()
+        case.workers.append(a)
         a.wait_assigned(60)
-        produce(broker.bootstrap, t["events"], parts[0])
-        tail.wait_distinct(len(reference(parts[0], config)) // 3, 120, workers)
-        b = Worker(broker.bootstrap, t, tmp_path, "b", config=config, partitions=6)
+        produce(broker.bootstrap, case.t["events"], parts[0])
+        case.tail.wait_distinct(len(reference(parts[0], case.config)) // 3, 120, case.workers)
+        b = Worker(broker.bootstrap, case.t, tmp_path, "b", config=case.config, partitions=6)
         joined_at = time.monotonic()
-        workers.append(b.start())
-        feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, t["events"], parts[1], 4.0))
+        case.workers.append(b.start())
+        feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, case.t["events"], parts[1], 4.0))
         feeder.start()
 
         def shared() -> bool:
             la, lb = a.assignments(), b.assignments()
             return bool(la and lb and la[-1] and lb[-1] and not la[-1] & lb[-1] and la[-1] | lb[-1] == set(range(6)))
 
-        balanced = tail.wait(shared, 90, "a balanced assignment", workers)
+        balanced = case.tail.wait(shared, 90, "a balanced assignment", case.workers)
         feeder.join()
-        feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, t["events"], parts[2], 4.0))
+        feeder = threading.Thread(target=produce_paced, args=(broker.bootstrap, case.t["events"], parts[2], 4.0))
         feeder.start()
         time.sleep(1.0)
         left_at = time.monotonic()
         assert a.stop() == 0  # a leaves the group while events flow
-        b_only = tail.wait(lambda: bool(b.assignments()) and b.assignments()[-1] == set(range(6)), 90,
-                           "b owning every partition", [b])  # fmt: skip
+        b_only = case.tail.wait(lambda: bool(b.assignments()) and b.assignments()[-1] == set(range(6)), 90,
+                                "b owning every partition", [b])  # fmt: skip
         feeder.join()
-        done = tail.wait_distinct(len(expected), 120, [b])
+        done = case.tail.wait_distinct(len(case.expected), 120, [b])
         time.sleep(1.0)
         assert b.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
+    figures = case.check()
     per_worker = {w.name: int(w.lines("summary")[-1]["events"]) for w in (a, b)}
     assert all(per_worker.values()), per_worker
     record_figures(
-        "rebalance_join_leave", fault="2nd worker joins mid-trace, 1st leaves mid-trace", events=len(lines), **figures,
+        "rebalance_join_leave", fault="2nd worker joins mid-trace, 1st leaves mid-trace", events=len(case.lines),
+        **figures,
         processed_by=per_worker, join_rebalance_s=round(balanced - joined_at, 2),
         leave_rebalance_s=round(b_only - left_at, 2), recovery_s=round(max(balanced - joined_at, b_only - left_at), 2),
         total_s=round(done - started, 1),
@@ -471,37 +476,29 @@ def test_rocksdb_deleted_state_rebuilt_from_changelog(broker, tmp_path: Path) ->
     """The worker is stopped, its whole data dir (RocksDB) deleted, and it
     is started again: the run states come back from the changelog, so the
     runs of the first half continue their counts in the second."""
-    t = names("rocks")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 4)
-    lines = trace(48, 40, 15, "rocks")
-    expected = reference(lines, config)
-    half = len(lines) // 2
-    tail = Tail(broker.bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    try:
-        w = Worker(broker.bootstrap, t, tmp_path, "w", config=config).start()
-        workers.append(w)
-        produce(broker.bootstrap, t["events"], lines[:half])
-        tail.wait_distinct(len(reference(lines[:half], config)), 120, workers)
+    with fault_case(broker.bootstrap, tmp_path, "rocks", runs=48, per_run=40, seed=15) as case:
+        half = len(case.lines) // 2
+        w = Worker(broker.bootstrap, case.t, tmp_path, "w", config=case.config).start()
+        case.workers.append(w)
+        produce(broker.bootstrap, case.t["events"], case.lines[:half])
+        case.tail.wait_distinct(len(reference(case.lines[:half], case.config)), 120, case.workers)
         assert w.stop() == 0
         had = sum(1 for p in w.data_dir.rglob("*") if p.is_file())
         assert had > 0, "RocksDB files existed"
         shutil.rmtree(w.data_dir)
-        produce(broker.bootstrap, t["events"], lines[half:])
+        produce(broker.bootstrap, case.t["events"], case.lines[half:])
         restarted = time.monotonic()
-        w2 = incarnation(broker.bootstrap, t, tmp_path, "w", 1, config=config).start()
-        workers.append(w2)
-        resumed = tail.wait(lambda: tail.new_since(restarted) is not None, 120, "first verdict after restore", [w2])
-        done = tail.wait_distinct(len(expected), 120, [w2])
+        w2 = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
+        case.workers.append(w2)
+        resumed = case.tail.wait(
+            lambda: case.tail.new_since(restarted) is not None, 120, "first verdict after restore", [w2]
+        )
+        done = case.tail.wait_distinct(len(case.expected), 120, [w2])
         time.sleep(0.5)
         assert w2.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
+    figures = case.check()
     record_figures(
-        "rocksdb_deleted", fault="data dir deleted while stopped; restore from changelog", events=len(lines),
+        "rocksdb_deleted", fault="data dir deleted while stopped; restore from changelog", events=len(case.lines),
         **figures, rocksdb_files_deleted=had, recovery_s=round(resumed - restarted, 2),
         total_s=round(done - restarted, 1),
     )  # fmt: skip
@@ -521,37 +518,29 @@ def test_broker_restart_mid_trace(own_broker: LocalBroker, tmp_path: Path) -> No
     """The broker is restarted (same port, data kept) while the worker is
     mid-trace; the worker reconnects and the rest of the trace is processed."""
     bootstrap = own_broker.bootstrap
-    t = names("bounce")
-    config = write_config(tmp_path)
-    create_topics(bootstrap, t, 4)
-    lines = trace(48, 40, 16, "bounce")
-    expected = reference(lines, config)
-    cut = len(lines) * 2 // 3
-    tail = Tail(bootstrap, t["decisions"])
-    workers: list[Worker] = []
-    try:
-        produce(bootstrap, t["events"], lines[:cut])
-        w = Worker(bootstrap, t, tmp_path, "w", config=config).start()
-        workers.append(w)
-        tail.wait_distinct(len(expected) // 4, 120, workers)
-        at = tail.distinct()
+    with fault_case(bootstrap, tmp_path, "bounce", runs=48, per_run=40, seed=16) as case:
+        cut = len(case.lines) * 2 // 3
+        produce(bootstrap, case.t["events"], case.lines[:cut])
+        w = Worker(bootstrap, case.t, tmp_path, "w", config=case.config).start()
+        case.workers.append(w)
+        case.tail.wait_distinct(len(case.expected) // 4, 120, case.workers)
+        at = case.tail.distinct()
         down = time.monotonic()
         own_broker.restart()
         assert own_broker.bootstrap == bootstrap
         up = time.monotonic()
-        produce(bootstrap, t["events"], lines[cut:])
-        resumed = tail.wait(lambda: tail.new_since(up) is not None, 120, "first new verdict after the restart", workers)
-        done = tail.wait_distinct(len(expected), 180, workers)
+        produce(bootstrap, case.t["events"], case.lines[cut:])
+        resumed = case.tail.wait(
+            lambda: case.tail.new_since(up) is not None, 120, "first new verdict after the restart", case.workers
+        )
+        done = case.tail.wait_distinct(len(case.expected), 180, case.workers)
         time.sleep(1.0)
         assert w.proc is not None and w.proc.poll() is None, "the worker survived the broker restart"
         assert w.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
-    assert at < len(expected)
+    figures = case.check()
+    assert at < len(case.expected)
     record_figures(
-        "broker_restart", fault="broker restarted mid-trace (same port)", events=len(lines), **figures,
+        "broker_restart", fault="broker restarted mid-trace (same port)", events=len(case.lines), **figures,
         restarted_at_verdicts=at, broker_down_s=round(up - down, 2), recovery_s=round(resumed - up, 2),
         total_s=round(done - down, 1),
     )  # fmt: skip
@@ -564,34 +553,24 @@ def test_slow_decision_consumer_paused_then_resumed(broker, tmp_path: Path) -> N
     """A consumer group reading the decision topic pauses its partitions
     while the worker processes the whole trace, then resumes: the worker is
     not held back, and the consumer gets every verdict, once."""
-    t = names("slow")
-    config = write_config(tmp_path)
-    create_topics(broker.bootstrap, t, 4)
-    lines = trace(48, 30, 17, "slow")
-    expected = reference(lines, config)
-    tail = Tail(broker.bootstrap, t["decisions"], group=f"{t['app_id']}-reader")
-    workers: list[Worker] = []
-    try:
-        tail.pause()
-        w = Worker(broker.bootstrap, t, tmp_path, "w", config=config).start()
-        workers.append(w)
-        assert tail.paused.wait(60), "the reader got its partitions and paused them"
-        produce(broker.bootstrap, t["events"], lines)
-        w.wait_for(lambda: summaries(w).get("events", 0) >= len(lines), 120, "all events processed while paused")
-        held = len(tail.records)
+    with fault_case(broker.bootstrap, tmp_path, "slow", runs=48, per_run=30, seed=17, reader_group=True) as case:
+        case.tail.pause()
+        w = Worker(broker.bootstrap, case.t, tmp_path, "w", config=case.config).start()
+        case.workers.append(w)
+        assert case.tail.paused.wait(60), "the reader got its partitions and paused them"
+        produce(broker.bootstrap, case.t["events"], case.lines)
+        w.wait_for(lambda: summaries(w).get("events", 0) >= len(case.lines), 120, "all events processed while paused")
+        held = len(case.tail.records)
         time.sleep(1.0)  # stays paused a little longer
         resumed = time.monotonic()
-        tail.resume()
-        done = tail.wait_distinct(len(expected), 60, workers)
+        case.tail.resume()
+        done = case.tail.wait_distinct(len(case.expected), 60, case.workers)
         time.sleep(0.5)
         assert w.stop() == 0
-    finally:
-        stop_all(workers)
-        tail.close()
-    figures = check_invariant(tail.values(), expected)
+    figures = case.check()
     assert held == 0, "nothing was read while paused"
     assert figures["repeats_identical"] == 0
     record_figures(
         "slow_consumer", fault="decision consumer paused until the worker finished, then resumed",
-        events=len(lines), **figures, recovery_s=round(done - resumed, 2),
+        events=len(case.lines), **figures, recovery_s=round(done - resumed, 2),
     )  # fmt: skip
