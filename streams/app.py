@@ -104,7 +104,7 @@ class Chunk:
     __slots__ = ("messages", "sent", "touched", "snapshots", "started")
 
     def __init__(self) -> None:
-        self.started = time.perf_counter()
+        self.started = 0.0  # perf_counter() when its first event joins
         self.messages: list[Message] = []
         self.sent: list[Awaitable[Any]] = []
         # (partition, run key) -> [message, live entry, dirty]
@@ -349,7 +349,7 @@ class Processor:
                     gather_for = self.open.started + self.settings.flush_interval - time.perf_counter()
                     if gather_for > 0:
                         # Let the batch gather: a run touched again meanwhile
-                        # is stored once. The agent closes a full batch itself.
+                        # is stored once. The processor closes a full batch itself.
                         self._queued.clear()
                         with contextlib.suppress(asyncio.TimeoutError):
                             await asyncio.wait_for(self._queued.wait(), gather_for)
@@ -469,7 +469,7 @@ class Processor:
             for seen, (key, value) in enumerate(self.runs.scan(partition), 1):
                 held += 1
                 if seen % 1024 == 0:
-                    await asyncio.sleep(0)  # a large table does not hold up the agent
+                    await asyncio.sleep(0)  # a large table does not hold up the processor
                     if self.app.rebalancing or partition not in self.runs.active_partitions():
                         break
                 try:
@@ -549,7 +549,7 @@ def _show_key(key: bytes | None) -> str:
 
 
 def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[faust.App, Processor]:
-    """The Faust app with its topic, table, agent and timers."""
+    """The Faust app with its topic, table, processing task and timers."""
     app = faust.App(
         settings.app_id,
         broker=settings.broker_url,
