@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test test-heavy bench schemas kafka clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py streams/engine/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

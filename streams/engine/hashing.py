@@ -18,7 +18,7 @@ from schemas.state import (
     KIND_PROCESS_POLL,
     KIND_VOLATILE_SEND,
 )
-from streams.engine.stablejson import UNDEFINED, stable_json
+from streams.engine.stablejson import UNDEFINED, _speedups, python_stable_json, stable_json
 
 POLL_KINDS = frozenset({KIND_PROCESS_POLL, KIND_PROCESS_LOG, KIND_COMMAND_STATUS})
 
@@ -45,8 +45,17 @@ def js_trim(text: str) -> str:
     return text.strip(_JS_WHITESPACE)
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(stable_json(value)).hexdigest()
+def python_digest(value: Any) -> str:
+    """sha256 hex of the stable JSON: the definition, and the whole of `digest`
+    without the C extension."""
+    return hashlib.sha256(python_stable_json(value)).hexdigest()
+
+
+def _digest_with_speedups(value: Any) -> str:
+    return _speedups.stable_digest(value) or python_digest(value)
+
+
+digest = python_digest if _speedups is None else _digest_with_speedups
 
 
 def plan_shape(value: Any) -> Any:

@@ -11,15 +11,27 @@ Floats are the other difference (JavaScript prints `1.0` as `1`). They are
 fixed when the payload is decoded: `decode_payload` and the event decoder turn
 every untyped float into a `msgspec.Raw` holding the JavaScript spelling, so the
 encoder copies it verbatim.
+
+`streams.engine._speedups`, a C extension built where a compiler is available,
+serialises and digests the common case in one call; it declines (None) every
+input it could print differently, and those take the path defined here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import msgspec
+
+_speedups: Any = None
+if not os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):  # set to compare with, or debug, the Python path
+    try:
+        from streams.engine import _speedups
+    except ImportError:  # installed without a C compiler: the pure-Python path alone
+        pass
 
 UNDEFINED = msgspec.Raw(b"undefined")
 """JavaScript's `undefined` inside a stable-stringified object (a missing field)."""
@@ -106,12 +118,20 @@ def normalize_payload(value: Any) -> Any:
     return _payload_decoder.decode(msgspec.json.encode(value))
 
 
-def stable_json(value: Any) -> bytes:
-    """UTF-8 bytes of the reference gateway's stable stringify of `value`."""
+def python_stable_json(value: Any) -> bytes:
+    """UTF-8 bytes of the reference gateway's stable stringify of `value`: the
+    definition, and the whole of `stable_json` without the C extension."""
     out = _encode_sorted(value)
     if out.translate(_DIGIT_MAP).find(_SIXTEEN_DIGITS) >= 0 or (not out.isascii() and _keys_may_sort_differently(out)):
         return _exact(value).encode("utf-8", "surrogatepass")
     return out
+
+
+def _with_speedups(value: Any) -> bytes:
+    return _speedups.stable_json(value) or python_stable_json(value)
+
+
+stable_json = python_stable_json if _speedups is None else _with_speedups
 
 
 def _keys_may_sort_differently(out: bytes) -> bool:
