@@ -262,7 +262,16 @@ static int put_dict(Buffer *b, PyObject *dict, int depth) {
         items[i].value = item;
         i++;
     }
-    if (n > 1) qsort(items, n, sizeof(Item), item_cmp);
+    if (n > SMALL_ITEMS) {
+        qsort(items, n, sizeof(Item), item_cmp);
+    } else {
+        for (Py_ssize_t j = 1; j < n; j++) { /* insertion sort: payload objects have few keys */
+            Item next = items[j];
+            Py_ssize_t k = j;
+            for (; k > 0 && item_cmp(&items[k - 1], &next) > 0; k--) items[k] = items[k - 1];
+            items[k] = next;
+        }
+    }
     if (buffer_put(b, "{", 1) != DONE) {
         status = FAILED;
         goto done;

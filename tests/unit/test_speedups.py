@@ -132,3 +132,9 @@ def test_pure_python_path_passes_the_hashing_suites() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6), st.integers(), min_size=17, max_size=60))
+def test_sorts_objects_with_many_keys(value: dict[str, int]) -> None:
+    assert speedups.stable_json(value) == python_stable_json(value)
