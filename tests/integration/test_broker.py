@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -63,11 +64,13 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> l
     )
     got: list[bytes] = []
     try:
-        for _ in range(100):  # 100 polls of at most 200 ms
+        # A deadline, not a number of polls: while the group is still being
+        # joined a poll can return at once, and on a loaded machine the join
+        # can outlast any fixed count of them.
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=200).values():
                 got.extend(r.value for r in records)
-            if len(got) >= count:
-                break
         consumer.commit()
     finally:
         consumer.close()
