@@ -18,6 +18,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <string.h>
 
 #ifdef LW_OPENSSL
@@ -113,21 +116,21 @@ static inline unsigned char *put_ascii(unsigned char *out, unsigned char c) {
 /* Bytes that JSON needs escaped: the control characters, '"' and '\\'. */
 static unsigned char needs_escape[128];
 
-#define ONES 0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-#define HAS_ZERO_BYTE(w) (((w) - ONES) & ~(w) & HIGHS)
-
-/* Bytes from `text` that need no escape, eight at a time: control characters,
- * '"' and '\\' stop the scan (bytes at or above 0x80 may stop it early). */
+/* How many bytes at the start of `text` need no escape in a JSON string (the
+ * first that does is a control character, '"' or '\\'); 16 at a time. */
 static Py_ssize_t plain_prefix(const unsigned char *text, Py_ssize_t n) {
     Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, text + i, 8);
-        if (((w - 0x2020202020202020ULL) & ~w & HIGHS) || HAS_ZERO_BYTE(w ^ 0x2222222222222222ULL) ||
-            HAS_ZERO_BYTE(w ^ 0x5C5C5C5C5C5C5C5CULL))
-            break;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1F);
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(text + i));
+        __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                    _mm_cmpeq_epi8(_mm_min_epu8(v, control), v)); /* v <= 0x1F */
+        int mask = _mm_movemask_epi8(stop);
+        if (mask != 0) return i + __builtin_ctz(mask);
     }
+#endif
+    while (i < n && (text[i] >= 0x80 || !needs_escape[text[i]])) i++;
     return i;
 }
 
@@ -143,11 +146,7 @@ static int put_utf8_string(Buffer *b, const char *text, Py_ssize_t n) {
         memcpy(out, in + i, plain);
         out += plain;
         i += plain;
-        for (Py_ssize_t stop = i + 8 < n ? i + 8 : n; i < stop; i++) {
-            unsigned char c = in[i];
-            if (c >= 0x80 || !needs_escape[c]) *out++ = c;
-            else out = put_ascii(out, c);
-        }
+        if (i < n) out = put_ascii(out, in[i++]);
     }
     *out++ = '"';
     b->len = (char *)out - b->data;

@@ -75,6 +75,7 @@ def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
          + b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"}", b"bad", "not_json"),
         ("invalid UTF-8 in a string", _event(tool_name="X").replace(b'"X"', b'"\xff\xfe"'), b"bad", "not_json"),
         ("invalid UTF-8 outside strings", b"\xff\xfe\xfd", b"bad", "not_json"),
+        ("invalid UTF-8 inside args", _event(args={"s": "X"}).replace(b'"X"', b'"\xc3\x28"'), b"bad", "not_json"),
         # Valid JSON text, but msgspec refuses a lone surrogate escape (as
         # replay does): see docs/RELIABILITY.md, findings.
         ("lone surrogate escape in args", _event(args={"s": "\ud800"}), b"bad", "not_json"),
