@@ -207,7 +207,15 @@ def machine() -> dict[str, Any]:
         "cpu_model": model,
         "cpu_count": os.cpu_count(),
         "affinity": affinity,
+        "engine_speedups": _speedups_in_use(),
     }
+
+
+def _speedups_in_use() -> str:
+    """Which hashing path the engine runs: the C extension (and its sha256) or Python alone."""
+    from streams.engine.stablejson import speedups
+
+    return "none (pure Python)" if speedups is None else f"C, sha256 from {speedups.sha256}"
 
 
 def git_state() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from schemas.state import (
     KIND_PROCESS_POLL,
     KIND_VOLATILE_SEND,
 )
-from streams.engine.stablejson import UNDEFINED, _speedups, python_stable_json, stable_json
+from streams.engine.stablejson import UNDEFINED, python_stable_json, speedups, stable_json
 
 POLL_KINDS = frozenset({KIND_PROCESS_POLL, KIND_PROCESS_LOG, KIND_COMMAND_STATUS})
 
@@ -52,10 +52,10 @@ def python_digest(value: Any) -> str:
 
 
 def _digest_with_speedups(value: Any) -> str:
-    return _speedups.stable_digest(value) or python_digest(value)
+    return speedups.stable_digest(value) or python_digest(value)
 
 
-digest = python_digest if _speedups is None else _digest_with_speedups
+digest = python_digest if speedups is None else _digest_with_speedups
 
 
 def plan_shape(value: Any) -> Any:

@@ -26,11 +26,12 @@ from typing import Any
 
 import msgspec
 
-_speedups: Any = None
+speedups: Any = None
+"""streams.engine._speedups, or None for the pure-Python path alone."""
 if not os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):  # set to compare with, or debug, the Python path
     try:
-        from streams.engine import _speedups
-    except ImportError:  # installed without a C compiler: the pure-Python path alone
+        from streams.engine import _speedups as speedups
+    except ImportError:  # installed without a C compiler
         pass
 
 UNDEFINED = msgspec.Raw(b"undefined")
@@ -128,10 +129,10 @@ def python_stable_json(value: Any) -> bytes:
 
 
 def _with_speedups(value: Any) -> bytes:
-    return _speedups.stable_json(value) or python_stable_json(value)
+    return speedups.stable_json(value) or python_stable_json(value)
 
 
-stable_json = python_stable_json if _speedups is None else _with_speedups
+stable_json = python_stable_json if speedups is None else _with_speedups
 
 
 def _keys_may_sort_differently(out: bytes) -> bool:
