@@ -41,13 +41,21 @@ def touched_at(data: bytes) -> float:
 
 
 class _At:
-    """What Faust's store reads from its *current event*: the partition."""
+    """Stands in for Faust's *current event* inside a ``with`` block: all the
+    store reads from it is the partition. The block holds the object, as the
+    context variable keeps only a weak reference."""
 
-    __slots__ = ("message", "partition", "__weakref__")
+    __slots__ = ("message", "partition", "_token", "__weakref__")
 
     def __init__(self, partition: int) -> None:
         self.message = self  # the store asks for ``event.message.partition``
         self.partition = partition
+
+    def __enter__(self) -> None:
+        self._token = _current_event.set(weakref.ref(self))
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current_event.reset(self._token)
 
 
 class RunTable:
@@ -76,21 +84,13 @@ class RunTable:
         return self._changelog
 
     def get(self, partition: int, key: bytes) -> bytes | None:
-        at = _At(partition)  # held here: the context keeps only a weak reference
-        token = _current_event.set(weakref.ref(at))
-        try:
+        with _At(partition):
             return self.table.data.get(key)
-        finally:
-            _current_event.reset(token)
 
     async def put(self, partition: int, key: bytes, value: bytes) -> Awaitable[Any]:
         """Write locally, send to the changelog; returns the send's future."""
-        at = _At(partition)  # held here: the context keeps only a weak reference
-        token = _current_event.set(weakref.ref(at))
-        try:
+        with _At(partition):
             self.table.data[key] = value
-        finally:
-            _current_event.reset(token)
         future = await self.app.producer.send(self.changelog, key, value, partition, None, None)
         future.add_done_callback(self._persist_offset)
         return future
