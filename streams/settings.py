@@ -207,7 +207,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--max-in-flight",
         type=positive_int,
         default=20000,
-        help="max events taken but not yet finished before the agent waits (default 20000)",
+        help="max events fetched but not yet finished before fetching pauses (default 20000)",
     )
     parser.add_argument(
         "--linger",
