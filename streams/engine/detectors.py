@@ -8,14 +8,16 @@ healthy run costs a few steps per call whatever historySize is.
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Literal, NamedTuple
+from typing import Literal
+
+from msgspec import Struct
 
 from schemas.config import LoopDetectionConfig
 from schemas.state import Record
 from schemas.verdicts import DetectorName
 
 
-class Detection(NamedTuple):
+class Detection(Struct, gc=False, frozen=True):
     level: Literal["warning", "critical"]
     detector: DetectorName
     count: int
@@ -24,7 +26,7 @@ class Detection(NamedTuple):
     paired_tool_name: str | None = None
 
 
-class PingPong(NamedTuple):
+class PingPong(Struct, gc=False, frozen=True):
     count: int
     paired_tool: str | None = None
     paired_signature: str | None = None

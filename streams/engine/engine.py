@@ -13,7 +13,7 @@ from msgspec import UNSET, Struct
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
 from schemas.state import KIND_OTHER, Abort, Record, RunState, Triple
-from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Verdict
+from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Decision, Verdict
 from streams.engine import guard
 from streams.engine.detectors import detect
 from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
@@ -43,21 +43,21 @@ def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
     seq = event.seq
     if seq <= state.last_seq:
         return Outcome(state, [], duplicate=True)
-    kind = type(event)
-    if kind is RunEnd:
+    if isinstance(event, RunEnd):
         return Outcome(RunState(last_seq=seq), [])
     agent_id = state.agent_id
-    if agent_id is None and kind is not ToolResult and event.agent_id:
+    if agent_id is None and not isinstance(event, ToolResult) and event.agent_id:
         agent_id = event.agent_id
     cfg = config.default if agent_id is None else config.for_agent(agent_id)
     armed = 0
-    if kind is ToolCall:
-        verdicts = [_on_call(state, event, cfg)]
-    elif kind is ToolResult:
+    verdicts: list[Verdict] = []
+    if isinstance(event, ToolCall):
+        verdicts.append(_on_call(state, event, cfg))
+    elif isinstance(event, ToolResult):
         verdict = _on_result(state, event, cfg)
-        verdicts = [] if verdict is None else [verdict]
+        if verdict is not None:
+            verdicts.append(verdict)
     else:
-        verdicts = []
         if state.aborted is None:
             armed = guard.arm(state, cfg)
     state.agent_id = agent_id
@@ -121,6 +121,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
     history = state.history
     seen = _seen(state)
     found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
+    decision: Decision
     if found is not None and found.level == "critical":
         decision = "block"  # not recorded: the block stays in force while nothing changes
     else:
@@ -162,6 +163,8 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     has_args = event.args is not UNSET
     signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
     record = find_open_call(state.history, event.tool_call_id, tool, signature)
+    result_hash: str | None
+    unknown: str | None
     if event.result_hash:
         result_hash = event.result_hash
         unknown = event.unknown_tool_name or None

@@ -19,6 +19,7 @@ input it could print differently, and those take the path defined here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -30,7 +31,7 @@ speedups: Any = None
 """streams.engine._speedups, or None for the pure-Python path alone."""
 if not os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):  # set to compare with, or debug, the Python path
     try:
-        from streams.engine import _speedups as speedups
+        speedups = importlib.import_module("streams.engine._speedups")
     except ImportError:  # installed without a C compiler
         pass
 
