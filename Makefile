@@ -5,10 +5,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# a change to the engine reinstalls, which recompiles its compiled parts (setup.py)
+ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
 
 .PHONY: up test test-heavy bench schemas kafka clean
 
-$(STAMP): pyproject.toml setup.py streams/engine/_speedups.c
+$(STAMP): pyproject.toml setup.py $(ENGINE)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -33,4 +35,4 @@ schemas: $(STAMP)
 	$(BIN)/python -m schemas.export
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build loopwarden_engine__mypyc*.so streams/engine/*.so streams/engine/compiled.json

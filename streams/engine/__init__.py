@@ -4,6 +4,7 @@
 agent, `loopwarden replay` and the audit tools all call it.
 """
 
+from streams.engine.compiled import MODE
 from streams.engine.engine import Outcome, apply
 
-__all__ = ["Outcome", "apply"]
+__all__ = ["MODE", "Outcome", "apply"]

@@ -118,13 +118,16 @@ def test_sha256_comes_from_openssl_here() -> None:
     assert speedups.sha256 == "openssl"
 
 
-def test_pure_python_path_passes_the_hashing_suites() -> None:
-    """The same tests with the extension made unimportable: a machine without a
-    C compiler gets the same hashes."""
+def test_pure_python_path_passes_the_engine_suites() -> None:
+    """The same tests with the C hashing and the compiled engine switched off: a
+    machine without a C compiler gets the same hashes and verdicts."""
     env = dict(os.environ, LOOPWARDEN_NO_EXTENSIONS="1")
-    suites = ["test_stablejson.py", "test_hashing.py", "test_properties.py", "test_replay_cli.py"]
+    suites = [
+        "test_stablejson.py", "test_hashing.py", "test_properties.py", "test_replay_cli.py",
+        "test_engine.py", "test_detectors.py", "test_guard.py", "test_warnings.py",
+    ]  # fmt: skip
     assert subprocess.run(
-        [sys.executable, "-c", "from streams.engine import stablejson; assert stablejson.speedups is None"], env=env
+        [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env
     ).returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
