@@ -208,6 +208,7 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "affinity": affinity,
         "engine_speedups": _speedups_in_use(),
+        "engine_modules": _engine_mode(),
     }
 
 
@@ -216,6 +217,13 @@ def _speedups_in_use() -> str:
     from streams.engine.stablejson import speedups
 
     return "none (pure Python)" if speedups is None else f"C, sha256 from {speedups.sha256}"
+
+
+def _engine_mode() -> str:
+    """Whether the engine modules run compiled (mypyc) or from their sources, and why."""
+    from streams.engine import MODE
+
+    return MODE
 
 
 def git_state() -> dict[str, Any]:
@@ -262,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     import streams
 
     engine_source = str(Path(streams.__file__).resolve().parent.parent)
-    print(f"engine from {engine_source}; python {sys.version.split()[0]}; affinity {machine()['affinity']}")
+    print(f"engine from {engine_source} ({_engine_mode()}); python {sys.version.split()[0]}; affinity {machine()['affinity']}")
     traces: dict[str, list[bytes]] = {}
     for variant in variants:
         t0 = time.perf_counter()
