@@ -38,6 +38,17 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def format_duration(seconds: float) -> str:
+    """How `duration` would be given these seconds, as a person writes it: 1h, 30s, 2.8s, 250ms."""
+    if seconds >= 1:
+        for unit in ("d", "h", "m"):
+            if (seconds / _UNITS[unit]).is_integer():
+                return f"{int(seconds / _UNITS[unit])}{unit}"
+    elif round(seconds * 1000, 9).is_integer():
+        return f"{int(round(seconds * 1000))}ms"
+    return f"{int(seconds) if float(seconds).is_integer() else seconds!r}s"
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -123,6 +134,10 @@ class Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+DEFAULTS = Settings()
+"""The one place worker defaults are written; the options and their help read them."""
+
+
 def default_bootstrap(value: str | None = None) -> str:
     return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
@@ -180,63 +195,73 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--standby-replicas",
         type=non_negative_int,
-        default=1,
-        help="warm copies of each table partition kept by other workers (default 1)",
+        default=DEFAULTS.standby_replicas,
+        help=f"warm copies of each table partition kept by other workers (default {DEFAULTS.standby_replicas})",
     )
-    parser.add_argument(
-        "--ttl", type=duration, default=3600.0, help="expire runs idle this long (default 1h; e.g. 30m, 2h)"
-    )
+    _duration_option(parser, "--ttl", "ttl", "expire runs idle this long", "; e.g. 30m, 2h")
     parser.add_argument("--sweep-interval", type=duration, help="how often to expire idle runs (default TTL/10, 1s-60s)")
     parser.add_argument(
         "--processing-guarantee",
         choices=(AT_LEAST_ONCE, EXACTLY_ONCE),
-        default=AT_LEAST_ONCE,
-        help="at_least_once (default; see docs/PROCESSING.md) or Kafka transactions",
+        default=DEFAULTS.processing_guarantee,
+        help=f"{AT_LEAST_ONCE} or {EXACTLY_ONCE} (Kafka transactions); default {DEFAULTS.processing_guarantee}, "
+        "see docs/PROCESSING.md",
     )
     parser.add_argument(
-        "--batch-size", type=positive_int, default=10000, help="max events finished together (default 10000)"
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULTS.batch_size,
+        help=f"max events finished together (default {DEFAULTS.batch_size})",
     )
-    parser.add_argument(
-        "--flush-interval",
-        type=duration,
-        default=0.25,
-        help="how long a batch gathers events before the states it left are stored; "
-        "a run touched many times meanwhile is stored once (default 250ms)",
-    )
+    _duration_option(
+        parser, "--flush-interval", "flush_interval",
+        "how long a batch gathers events before the states it left are stored; "
+        "a run touched many times meanwhile is stored once",
+    )  # fmt: skip
     parser.add_argument(
         "--max-in-flight",
         type=positive_int,
-        default=20000,
-        help="max events fetched but not yet finished before fetching pauses (default 20000)",
+        default=DEFAULTS.max_in_flight,
+        help=f"max events fetched but not yet finished before fetching pauses (default {DEFAULTS.max_in_flight})",
     )
     parser.add_argument(
         "--linger",
         type=duration,
-        default=0.005,
-        help="producer batching delay for verdicts (default 5ms; 0 sends at once at a CPU cost)",
+        default=DEFAULTS.linger_ms / 1000,
+        help=f"producer batching delay for verdicts (default {DEFAULTS.linger_ms}ms; 0 sends at once at a CPU cost)",
     )
     parser.add_argument(
         "--max-event-bytes",
         type=positive_int,
-        default=1024 * 1024,
-        help="larger events are dead-lettered (default 1 MiB)",
+        default=DEFAULTS.max_event_bytes,
+        help=f"larger events are dead-lettered (default {DEFAULTS.max_event_bytes / 2**20:g} MiB)",
     )
-    parser.add_argument("--session-timeout", type=duration, default=30.0, help="consumer group session (default 30s)")
-    parser.add_argument("--heartbeat-interval", type=duration, default=3.0, help="consumer heartbeat (default 3s)")
-    parser.add_argument("--commit-interval", type=duration, default=2.8, help="offset commit interval (default 2.8s)")
-    parser.add_argument(
-        "--recovery-delay", type=duration, default=0.5, help="wait after a rebalance before table recovery (default 0.5s)"
-    )
-    parser.add_argument("--stats-interval", type=duration, default=60.0, help="summary log line period (default 60s)")
+    _duration_option(parser, "--session-timeout", "session_timeout", "consumer group session")
+    _duration_option(parser, "--heartbeat-interval", "heartbeat_interval", "consumer heartbeat")
+    _duration_option(parser, "--commit-interval", "commit_interval", "offset commit interval")
+    _duration_option(parser, "--recovery-delay", "recovery_delay", "wait after a rebalance before table recovery")
+    _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
     parser.add_argument(
         "--no-create-topics", action="store_true", help="do not create missing topics at start-up"
     )
     parser.add_argument("--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)")
-    parser.add_argument("-l", "--loglevel", default="info", help="debug, info, warning, error (default info)")
-    parser.add_argument("--log-format", choices=("logfmt", "json"), default="logfmt", help="default logfmt")
     parser.add_argument(
-        "--faust-loglevel", default="warning", help="level of faust/aiokafka's own loggers (default warning)"
+        "-l", "--loglevel", default=DEFAULTS.loglevel, help=f"debug, info, warning, error (default {DEFAULTS.loglevel})"
     )
+    parser.add_argument(
+        "--log-format", choices=("logfmt", "json"), default=DEFAULTS.log_format, help=f"default {DEFAULTS.log_format}"
+    )
+    parser.add_argument(
+        "--faust-loglevel",
+        default=DEFAULTS.faust_loglevel,
+        help=f"level of faust/aiokafka's own loggers (default {DEFAULTS.faust_loglevel})",
+    )
+
+
+def _duration_option(parser: argparse.ArgumentParser, flag: str, name: str, text: str, example: str = "") -> None:
+    """An option taking a duration, its default the Settings field `name`."""
+    default = getattr(DEFAULTS, name)
+    parser.add_argument(flag, type=duration, default=default, help=f"{text} (default {format_duration(default)}{example})")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -282,18 +307,18 @@ def worker_argv(settings: Settings) -> list[str]:
         "--replication-factor", str(topics.replication_factor),
         "--data-dir", str(settings.data_dir),
         "--standby-replicas", str(settings.standby_replicas),
-        "--ttl", f"{settings.ttl}s",
+        "--ttl", format_duration(settings.ttl),
         "--processing-guarantee", settings.processing_guarantee,
         "--batch-size", str(settings.batch_size),
-        "--flush-interval", f"{settings.flush_interval}s",
+        "--flush-interval", format_duration(settings.flush_interval),
         "--max-in-flight", str(settings.max_in_flight),
         "--linger", f"{settings.linger_ms}ms",
         "--max-event-bytes", str(settings.max_event_bytes),
-        "--session-timeout", f"{settings.session_timeout}s",
-        "--heartbeat-interval", f"{settings.heartbeat_interval}s",
-        "--commit-interval", f"{settings.commit_interval}s",
-        "--recovery-delay", f"{settings.recovery_delay}s",
-        "--stats-interval", f"{settings.stats_interval}s",
+        "--session-timeout", format_duration(settings.session_timeout),
+        "--heartbeat-interval", format_duration(settings.heartbeat_interval),
+        "--commit-interval", format_duration(settings.commit_interval),
+        "--recovery-delay", format_duration(settings.recovery_delay),
+        "--stats-interval", format_duration(settings.stats_interval),
         "--loglevel", settings.loglevel,
         "--log-format", settings.log_format,
         "--faust-loglevel", settings.faust_loglevel,
@@ -305,7 +330,7 @@ def worker_argv(settings: Settings) -> list[str]:
     if settings.config_path:
         argv += ["--config", settings.config_path]
     if settings.sweep_interval is not None:
-        argv += ["--sweep-interval", f"{settings.sweep_interval}s"]
+        argv += ["--sweep-interval", format_duration(settings.sweep_interval)]
     if not settings.create_topics:
         argv.append("--no-create-topics")
     if settings.web_port is not None:

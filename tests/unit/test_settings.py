@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streams.cli import build_parser
-from streams.settings import Settings, settings_from_args, worker_argv
+from streams.settings import Settings, duration, format_duration, settings_from_args, worker_argv
 
 
 def parse(*argv: str) -> Settings:
@@ -14,10 +14,25 @@ def parse(*argv: str) -> Settings:
 
 
 def test_defaults_match_the_settings_dataclass() -> None:
+    """Every option left out gives the dataclass default (those read from the
+    environment, and the data dir made absolute, aside)."""
     parsed = parse()
-    default = Settings()
-    for name in ("batch_size", "flush_interval", "max_in_flight", "linger_ms", "commit_interval", "ttl"):
-        assert getattr(parsed, name) == getattr(default, name), name
+    for name in Settings.__dataclass_fields__:
+        if name not in ("bootstrap", "app_id", "data_dir"):
+            assert getattr(parsed, name) == getattr(Settings(), name), name
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("(default 1h; e.g. 30m, 2h)", "(default 250ms)", "(default 2.8s)", "(default 20000)", "(default 5ms;"):
+        assert shown in text, shown
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.005, 0.04, 0.25, 1.0, 1.5, 2.8, 45.0, 60.0, 90.0, 3600.0, 5400.0, 86400.0, 1e-4])
+def test_durations_are_printed_as_they_are_read(seconds: float) -> None:
+    assert duration(format_duration(seconds)) == seconds
 
 
 def test_flush_interval_accepts_durations() -> None:
