@@ -163,6 +163,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     has_args = event.args is not UNSET
     signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
     record = find_open_call(state.history, event.tool_call_id, tool, signature)
+    kind = record.kind if record is not None and not has_args else classify(tool, event.args)
     result_hash: str | None
     unknown: str | None
     if event.result_hash:
@@ -171,7 +172,6 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
         if unknown is None and event.error is not UNSET and event.error is not None:
             unknown = result_outcome(tool, KIND_OTHER, None, event.error)[1]
     else:
-        kind = classify(tool, event.args) if has_args else (record.kind if record else KIND_OTHER)
         result_hash, unknown = result_outcome(tool, kind, event.result, event.error)
         if event.unknown_tool_name:
             unknown = event.unknown_tool_name
@@ -181,10 +181,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
         record.result_hash = result_hash
         record.unknown_tool = unknown
     else:
-        record = Record(
-            tool, signature or args_hash(tool, event.args), event.tool_call_id,
-            classify(tool, event.args), result_hash, unknown,
-        )  # fmt: skip
+        record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind, result_hash, unknown)
         _record(state.history, _seen(state), record, cfg.history_size)
     if state.guard_remaining <= 0:
         return None

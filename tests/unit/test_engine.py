@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from builders import Driver, call, compaction, expected_args_hash, fleet, low, result, run_end, sha
 from schemas.config import FleetConfig
+from schemas.state import KIND_VOLATILE_SEND
 from streams.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, decode_state, encode_state, encode_verdict
 from streams.engine import apply
 
@@ -214,6 +215,18 @@ def test_result_without_args_takes_the_calls_args_hash():
     (record,) = d.state().history
     assert record.args_hash == expected_args_hash("read", {"p": 1})
     assert record.result_hash == sha({"details": {}, "text": "a"})
+
+
+def test_send_result_without_args_or_call_is_still_a_send():
+    """`sessions_send` is a sending tool by its name alone: a result that comes
+    with neither args nor an open call still has its volatile ids dropped, and
+    its record keeps that kind."""
+    d = Driver(low())
+    sent = {"details": {"status": "sent", "messageId": "m-1"}, "content": [{"type": "text", "text": "sent"}]}
+    d.feed(result("r1", 1, "sessions_send", "c1", result=sent))
+    (record,) = d.state().history
+    assert record.result_hash == sha({"status": "sent"})
+    assert record.kind == KIND_VOLATILE_SEND
 
 
 def test_result_with_different_args_does_not_fill_and_is_appended():
