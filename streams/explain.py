@@ -39,7 +39,7 @@ from schemas.state import (
 from schemas.verdicts import Verdict
 from streams.codec import BadEvent, decode_event, decode_verdict
 from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
-from streams.engine.engine import find_open_call
+from streams.engine.engine import find_open_call, result_kind
 from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
 from streams.engine.warnings import BUCKET_SIZE
 from streams.replay import apply_safely
@@ -195,7 +195,7 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
                 step.result_hash = event.result_hash
                 step.unknown_tool = event.unknown_tool_name
             else:
-                kind = classify(event.tool_name, event.args) if has_args else (record.kind if record else KIND_OTHER)
+                kind = result_kind(record, event.tool_name, event.args)
                 try:
                     step.result_hash, step.unknown_tool = result_outcome(
                         event.tool_name, kind, event.result, event.error

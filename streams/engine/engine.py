@@ -8,6 +8,8 @@ processor does anyway.
 
 from __future__ import annotations
 
+from typing import Any
+
 from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
@@ -156,6 +158,12 @@ def find_open_call(history: list[Record], call_id: str, tool: str, signature: st
     return None
 
 
+def result_kind(record: Record | None, tool: str, args: Any) -> int:
+    """How a result is hashed: by its own args when it has them, else by the
+    call it completes, else by its tool name alone."""
+    return record.kind if record is not None and args is UNSET else classify(tool, args)
+
+
 def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> Verdict | None:
     if state.aborted is not None:
         return None
@@ -163,7 +171,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     has_args = event.args is not UNSET
     signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
     record = find_open_call(state.history, event.tool_call_id, tool, signature)
-    kind = record.kind if record is not None and not has_args else classify(tool, event.args)
+    kind = result_kind(record, tool, event.args)
     result_hash: str | None
     unknown: str | None
     if event.result_hash:
