@@ -14,7 +14,6 @@ engine runs on its Python sources, with the same verdicts.
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -26,9 +25,7 @@ COMPILED = ("engine", "detectors", "hashing", "guard", "warnings")
 
 
 def compiled_engine() -> list[Extension]:
-    """mypyc's extensions for the engine, or none where mypyc is missing or switched off."""
-    if os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):
-        return []
+    """mypyc's extensions for the engine, or none where mypyc is missing."""
     try:
         from mypyc.build import mypycify
     except ImportError:
