@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import msgspec
 
 from schemas.config import FleetConfig, LoopDetectionConfig
-from schemas.events import Compaction, RunEnd, ToolCall, ToolResult, is_set
+from schemas.events import Compaction, RunEnd, ToolCall, ToolResult
 from schemas.state import (
     KIND_COMMAND_STATUS,
     KIND_OTHER,
@@ -39,8 +39,8 @@ from schemas.state import (
 from schemas.verdicts import Verdict
 from streams.codec import BadEvent, decode_event, decode_verdict
 from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
-from streams.engine.engine import find_open_call, result_kind
-from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
+from streams.engine.engine import call_signature, find_open_call, result_kind, result_signature
+from streams.engine.hashing import POLL_KINDS, classify, result_outcome
 from streams.engine.warnings import BUCKET_SIZE
 from streams.replay import apply_safely
 
@@ -182,14 +182,13 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             step.call_id = event.tool_call_id
         duplicate = event.seq <= current.last_seq
         if isinstance(event, ToolCall) and not duplicate:
-            signature = event.args_hash or args_hash(event.tool_name, event.args)
+            signature = call_signature(event)
             kind = classify(event.tool_name, event.args)
             step.args_hash = signature
             step.kind = KIND_NAMES.get(kind, "")
             step.measures = measure(current.history, event.tool_name, signature, kind in POLL_KINDS)
         elif isinstance(event, ToolResult) and not duplicate:
-            has_args = is_set(event.args)
-            signature = event.args_hash or (args_hash(event.tool_name, event.args) if has_args else None)
+            signature = result_signature(event)
             record = find_open_call(current.history, event.tool_call_id, event.tool_name, signature)
             if event.result_hash:
                 step.result_hash = event.result_hash

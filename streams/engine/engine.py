@@ -118,7 +118,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
         return _abort_verdict(event, state.aborted)
     tool = event.tool_name
     args = event.args
-    signature = event.args_hash or args_hash(tool, args)
+    signature = call_signature(event)
     kind = classify(tool, args)
     history = state.history
     seen = _seen(state)
@@ -158,6 +158,19 @@ def find_open_call(history: list[Record], call_id: str, tool: str, signature: st
     return None
 
 
+def call_signature(event: ToolCall) -> str:
+    """A call's args hash: as sent, else computed from its args."""
+    return event.args_hash or args_hash(event.tool_name, event.args)
+
+
+def result_signature(event: ToolResult) -> str | None:
+    """The args hash a result names (its own, or its args'), or None when it
+    names none and takes that of the call it completes."""
+    if event.args_hash:
+        return event.args_hash
+    return None if event.args is UNSET else args_hash(event.tool_name, event.args)
+
+
 def result_kind(record: Record | None, tool: str, args: Any) -> int:
     """How a result is hashed: by its own args when it has them, else by the
     call it completes, else by its tool name alone."""
@@ -168,8 +181,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     if state.aborted is not None:
         return None
     tool = event.tool_name
-    has_args = event.args is not UNSET
-    signature = event.args_hash or (args_hash(tool, event.args) if has_args else None)
+    signature = result_signature(event)
     record = find_open_call(state.history, event.tool_call_id, tool, signature)
     kind = result_kind(record, tool, event.args)
     result_hash: str | None
