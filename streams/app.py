@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 import faust
 import msgspec
 from faust.types.tuples import Message
+from faust.worker import Worker as FaustWorker
 
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
@@ -635,6 +636,33 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
     return app, processor
 
 
+class Worker(FaustWorker):
+    """Faust's worker (its log lines keep the name), for which an error
+    raised while a signal stops the start-up is not a failure.
+
+    On SIGTERM (or SIGINT) Faust stops every service, also those still
+    starting, and one of those can then fail instead of stopping. Seen while
+    the table's changelog topic is declared: Faust's conductor waits for the
+    same declaration, the stop cancels its task, which cancels the future it
+    shares with the declaration (mode's ``StampedeWrapper``), whose
+    ``set_result`` then raises InvalidStateError; Faust exits 1 for it. The
+    stop was asked for and goes on as any stop does (an event is acknowledged
+    only once its verdict is delivered), so the worker exits 0. An error
+    raised before any signal still exits 1.
+    """
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except Exception as exc:
+            if not self._shutdown_immediately:  # Faust sets it on SIGTERM/SIGINT, before stopping
+                raise
+            logs.event(
+                log, logging.WARNING, "start-up stopped by a signal", event="startup_interrupted",
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )  # fmt: skip
+
+
 def run_worker(settings: Settings) -> int:
     """``loopwarden worker``: load config, make topics, run until stopped.
 
@@ -691,8 +719,6 @@ def run_worker(settings: Settings) -> int:
         data_dir=str(settings.data_dir),
         config=settings.config_path or os.environ.get("LOOPWARDEN_CONFIG") or "(defaults)",
     )
-    from faust.worker import Worker
-
     worker = Worker(
         app,
         loglevel=settings.loglevel,

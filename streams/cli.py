@@ -4,8 +4,11 @@ offline commands never pay for the stream stack."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
+from typing import NoReturn
 
 from streams.engine.config import ConfigError
 
@@ -26,7 +29,16 @@ def _replay(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
+def _exit_ok(signum: int, frame: FrameType | None) -> NoReturn:
+    raise SystemExit(0)
+
+
 def _worker(args: argparse.Namespace) -> int:
+    # Faust's worker handles SIGTERM (a clean stop) only once it starts, about
+    # a second from here (importing Faust, creating topics); until then SIGTERM
+    # would kill the process (status 143). Nothing is consumed before that, so
+    # stopping is clean: exit 0. Faust's handler replaces this one.
+    signal.signal(signal.SIGTERM, _exit_ok)
     from streams.settings import settings_from_args
 
     settings = settings_from_args(args)

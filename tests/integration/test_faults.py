@@ -574,3 +574,44 @@ def test_slow_decision_consumer_paused_then_resumed(broker, tmp_path: Path) -> N
         "slow_consumer", fault="decision consumer paused until the worker finished, then resumed",
         events=len(case.lines), **figures, recovery_s=round(done - resumed, 2),
     )  # fmt: skip
+
+
+# -- (8) SIGTERM during start-up ----------------------------------------------
+
+#: Moments of start-up, as lines of the worker's log (Faust's and Kafka's
+#: loggers at info), at which SIGTERM used to end otherwise than in exit 0.
+STARTUP_MOMENTS = {
+    # Creating the topics, before Faust handles signals: killed by the signal.
+    "topics": "client_id=loopwarden-admin",
+    # Declaring the table's changelog topic: InvalidStateError, exit 1.
+    "changelog": "Table: runs]: Starting",
+}
+
+
+@pytest.mark.parametrize("moment", sorted(STARTUP_MOMENTS))
+def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> None:
+    """SIGTERM (a rolling restart) at a moment of start-up, with events
+    waiting: the worker exits 0, and a worker started next on its data dir
+    publishes exactly replay's verdicts, so nothing was lost."""
+    with fault_case(broker.bootstrap, tmp_path, f"term-{moment}", runs=16, per_run=16, seed=14) as case:
+        produce(broker.bootstrap, case.t["events"], case.lines)
+        first = incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config,
+                            extra=["--faust-loglevel", "info"]).start()  # fmt: skip
+        case.workers.append(first)
+        marker, deadline = STARTUP_MOMENTS[moment], time.monotonic() + 30
+        while marker not in first.log():  # polled often: the changelog moment lasts ~20 ms
+            assert first.proc is not None and first.proc.poll() is None, first.log()[-3000:]
+            assert time.monotonic() < deadline, f"no {marker!r} in the log:\n{first.log()[-3000:]}"
+            time.sleep(0.002)
+        code = first.stop()
+        assert code == 0, f"exit status {code} on SIGTERM at {moment}:\n{first.log()[-3000:]}"
+        second = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
+        case.workers.append(second)
+        case.tail.wait_distinct(len(case.expected), 60, [second])
+        time.sleep(0.5)  # stragglers (repeats) still in flight
+        assert second.stop() == 0
+    figures = case.check()
+    record_figures(
+        f"sigterm_during_startup_{moment}", fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
+        events=len(case.lines), **figures, exit_code=code,
+    )  # fmt: skip
