@@ -3,10 +3,10 @@
 - `streams/engine/_speedups.c`: stable JSON and its sha256 in one C call. It
   links OpenSSL's libcrypto where its headers are installed, and otherwise
   calls hashlib.
-- The per-event engine modules (`COMPILED`), compiled
-  by mypyc from the same Python sources. The sha256 of each compiled source is
-  recorded in `streams/engine/compiled.json`, so that a build older than its
-  source is never run (see `streams/engine/compiled.py`).
+- The per-event engine modules (`COMPILED`), compiled by mypyc from the same
+  Python sources. The sha256 of each compiled source is recorded in
+  `streams/engine/compiled.json`, so that a build older than its source is
+  never run (see `streams/engine/compiled.py`).
 
 Where no C compiler is available, the build carries on without them and the
 engine runs on its Python sources, with the same verdicts.

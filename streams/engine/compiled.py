@@ -1,12 +1,12 @@
 """Which engine runs: the mypyc-compiled modules, or their Python sources.
 
-setup.py compiles the per-event modules with mypyc where it can and records
-the sha256 of each source it compiled in `compiled.json`, beside them (the
-list of modules is setup.py's). An
-extension module shadows its `.py` on import, so a build older than its
-source (an editable install edited since) would silently run old code. Before
-the engine is imported, `select()` therefore checks the record against the
-sources and, unless every one matches, makes the imports load the sources.
+setup.py compiles the per-event modules with mypyc where it can (the list is
+setup.py's) and records the sha256 of each source it compiled in
+`compiled.json`, beside them. An extension module shadows its `.py` on import,
+so a build older than its source (an editable install edited since) would
+silently run old code. Before the engine is imported, `select()` therefore
+checks the record against the sources and, unless every one matches, makes
+the imports load the sources.
 `LOOPWARDEN_NO_EXTENSIONS=1` asks for the sources (and pure-Python hashing)
 outright. Either way the verdicts are the same; only the speed differs.
 """
