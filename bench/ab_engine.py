@@ -32,12 +32,20 @@ from bench.engine_bench import CONFIG, load_lines, write_record
 STAGES = ("decode", "apply", "decode+apply", "replay")
 
 
+TREE_MODULES = ("streams", "schemas", "loopwarden_engine__mypyc")
+"""Top-level modules each tree brings (the last: its compiled engine's runtime, where it was built)."""
+
+
+def _forget_tree_modules() -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] in TREE_MODULES]:
+        del sys.modules[name]
+
+
 class Engine:
     """One tree's codec, engine and replay, imported apart from the other tree's."""
 
     def __init__(self, tree: Path) -> None:
-        for name in [m for m in sys.modules if m.split(".")[0] in ("streams", "schemas")]:
-            del sys.modules[name]
+        _forget_tree_modules()
         sys.path.insert(0, str(tree))
         try:
             codec = importlib.import_module("streams.codec")
@@ -46,17 +54,18 @@ class Engine:
             replay = importlib.import_module("streams.replay")
         finally:
             sys.path.remove(str(tree))
-        source = Path(engine.__file__).resolve()
-        if not source.is_relative_to(tree.resolve()):
-            raise SystemExit(f"{tree}: streams was imported from {source}, not from the tree")
+        runtime = sys.modules.get("loopwarden_engine__mypyc")
+        for source in (engine.__file__, runtime and runtime.__file__):
+            if source and not Path(source).resolve().is_relative_to(tree.resolve()):
+                raise SystemExit(f"{tree}: {source} was imported, not the tree's own")
         self.tree = tree
+        self.mode = getattr(engine, "MODE", "Python sources (a tree older than the compiled engine)")
         self.decode_event = codec.decode_event
         self.encode_verdict = codec.encode_verdict
         self.apply = engine.apply
         self.replay = replay.replay
         self.config = config.parse_config(CONFIG).config
-        for name in [m for m in sys.modules if m.split(".")[0] in ("streams", "schemas")]:
-            del sys.modules[name]  # the next tree imports its own copies
+        _forget_tree_modules()  # the next tree imports its own copies
 
     def verdicts(self, lines: list[bytes]) -> bytes:
         out = io.BytesIO()
@@ -99,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     engines = {"A": Engine(args.a), "B": Engine(args.b)}
     stages = [s for s in args.stages.split(",") if s]
-    record: dict[str, Any] = {"a": str(args.a), "b": str(args.b), "pairs": args.pairs, "results": {}}
-    print(f"A = {args.a}\nB = {args.b}")
+    record: dict[str, Any] = {
+        "a": str(args.a), "b": str(args.b), "a_engine": engines["A"].mode, "b_engine": engines["B"].mode,
+        "pairs": args.pairs, "results": {},
+    }  # fmt: skip
+    print(f"A = {args.a} ({engines['A'].mode})\nB = {args.b} ({engines['B'].mode})")
     print(f"{'trace':<12} {'stage':<13} {'A events/s cpu':>15} {'B events/s cpu':>15} {'B/A median':>11} {'min..max':>12}")
     for variant in [v for v in args.variants.split(",") if v]:
         lines = load_lines(getattr(args, variant, None), variant, args)
