@@ -28,6 +28,7 @@ import contextlib
 import gc
 import logging
 import os
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable
@@ -46,7 +47,7 @@ from streams.faust_fixes import harden_faust
 from streams.runtable import RunTable, decode_stored, encode_stored, touched_at
 from streams.codec import BadEvent, decode_event, encode_verdict
 from streams.replay import apply_safely
-from streams.settings import EXACTLY_ONCE, Settings
+from streams.settings import EXACTLY_ONCE, Settings, format_duration
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -637,8 +638,17 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
 
 
 class Worker(FaustWorker):
-    """Faust's worker (its log lines keep the name), for which an error
-    raised while a signal stops the start-up is not a failure.
+    """Faust's worker (its log lines keep the name), with two changes to how a
+    signal stops it.
+
+    A stop that has not finished `stop_timeout` seconds after SIGTERM/SIGINT
+    ends the process (status 1, one `stop_overdue` error line), so that a stop
+    stuck inside Faust (seen, rarely, when the signal lands while the consumer
+    is joining its group) ends before the supervisor's grace period does. It
+    is what that supervisor's SIGKILL would do: an event is acknowledged only
+    once its verdict is delivered, so nothing is lost.
+
+    An error raised while a signal stops the start-up is not a failure.
 
     On SIGTERM (or SIGINT) Faust stops every service, also those still
     starting, and one of those can then fail instead of stopping. Seen while
@@ -650,6 +660,26 @@ class Worker(FaustWorker):
     only once its verdict is delivered), so the worker exits 0. An error
     raised before any signal still exits 1.
     """
+
+    def __init__(self, app: faust.App, *, stop_timeout: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.stop_timeout = stop_timeout
+        self._watchdog: threading.Timer | None = None
+
+    def _flag_as_shutdown_by_signal(self) -> None:
+        super()._flag_as_shutdown_by_signal()  # Faust's SIGTERM and SIGINT handlers both call it
+        if self._watchdog is None:  # a thread: the event loop may be what is stuck
+            self._watchdog = threading.Timer(self.stop_timeout, self._stop_overdue)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+
+    def _stop_overdue(self) -> None:
+        logs.event(
+            log, logging.ERROR, f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
+            event="stop_overdue", stop_timeout=self.stop_timeout,
+        )  # fmt: skip
+        logging.shutdown()
+        os._exit(1)
 
     async def start(self) -> None:
         try:
@@ -721,6 +751,7 @@ def run_worker(settings: Settings) -> int:
     )
     worker = Worker(
         app,
+        stop_timeout=settings.stop_timeout,
         loglevel=settings.loglevel,
         quiet=True,
         override_logging=False,

@@ -615,3 +615,30 @@ def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> 
         f"sigterm_during_startup_{moment}", fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
         events=len(case.lines), **figures, exit_code=code,
     )  # fmt: skip
+
+
+# -- (9) a stop that outlasts --stop-timeout ----------------------------------
+
+
+def test_overdue_stop_exits_1_and_loses_nothing(broker, tmp_path: Path) -> None:
+    """A stop still running --stop-timeout after SIGTERM ends the process
+    (status 1, a stop_overdue line) as a SIGKILL would; a worker started next
+    on its data dir publishes exactly replay's verdicts."""
+    with fault_case(broker.bootstrap, tmp_path, "overdue", runs=16, per_run=16, seed=15) as case:
+        produce(broker.bootstrap, case.t["events"], case.lines)
+        first = incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config,
+                            extra=["--stop-timeout", "1ms"]).start()  # fmt: skip
+        case.workers.append(first)
+        case.tail.wait_distinct(len(case.expected) // 4, 60, [first])
+        code = first.stop()
+        assert code == 1, first.log()[-3000:]
+        (overdue,) = first.lines("stop_overdue")
+        assert overdue["stop_timeout"] == "0.001"
+        second = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
+        case.workers.append(second)
+        case.tail.wait_distinct(len(case.expected), 60, [second])
+        time.sleep(0.5)  # stragglers (repeats) still in flight
+        assert second.stop() == 0
+    figures = case.check()
+    record_figures("overdue_stop", fault="SIGTERM with --stop-timeout 1ms, then restart", events=len(case.lines),
+                   **figures, exit_code=code)  # fmt: skip
