@@ -578,6 +578,24 @@ def test_slow_decision_consumer_paused_then_resumed(broker, tmp_path: Path) -> N
 
 # -- (8) SIGTERM during start-up ----------------------------------------------
 
+
+def start_on_trace(bootstrap: str, case: Case, tmp_path: Path, extra: list[str]) -> Worker:
+    """The case's trace produced, and a first worker (data dir "w") started on it."""
+    produce(bootstrap, case.t["events"], case.lines)
+    worker = incarnation(bootstrap, case.t, tmp_path, "w", 0, config=case.config, extra=extra).start()
+    case.workers.append(worker)
+    return worker
+
+
+def finish_on_restart(bootstrap: str, case: Case, tmp_path: Path) -> None:
+    """A second worker on the first one's data dir finishes the trace and stops cleanly."""
+    second = incarnation(bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
+    case.workers.append(second)
+    case.tail.wait_distinct(len(case.expected), 60, [second])
+    time.sleep(0.5)  # stragglers (repeats) still in flight
+    assert second.stop() == 0
+
+
 #: Moments of start-up, as lines of the worker's log (Faust's and Kafka's
 #: loggers at info), at which SIGTERM used to end otherwise than in exit 0.
 STARTUP_MOMENTS = {
@@ -594,10 +612,7 @@ def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> 
     waiting: the worker exits 0, and a worker started next on its data dir
     publishes exactly replay's verdicts, so nothing was lost."""
     with fault_case(broker.bootstrap, tmp_path, f"term-{moment}", runs=16, per_run=16, seed=14) as case:
-        produce(broker.bootstrap, case.t["events"], case.lines)
-        first = incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config,
-                            extra=["--faust-loglevel", "info"]).start()  # fmt: skip
-        case.workers.append(first)
+        first = start_on_trace(broker.bootstrap, case, tmp_path, ["--faust-loglevel", "info"])
         marker, deadline = STARTUP_MOMENTS[moment], time.monotonic() + 30
         while marker not in first.log():  # polled often: the changelog moment lasts ~20 ms
             assert first.proc is not None and first.proc.poll() is None, first.log()[-3000:]
@@ -605,11 +620,7 @@ def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> 
             time.sleep(0.002)
         code = first.stop()
         assert code == 0, f"exit status {code} on SIGTERM at {moment}:\n{first.log()[-3000:]}"
-        second = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
-        case.workers.append(second)
-        case.tail.wait_distinct(len(case.expected), 60, [second])
-        time.sleep(0.5)  # stragglers (repeats) still in flight
-        assert second.stop() == 0
+        finish_on_restart(broker.bootstrap, case, tmp_path)
     figures = case.check()
     record_figures(
         f"sigterm_during_startup_{moment}", fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
@@ -625,20 +636,13 @@ def test_overdue_stop_exits_1_and_loses_nothing(broker, tmp_path: Path) -> None:
     (status 1, a stop_overdue line) as a SIGKILL would; a worker started next
     on its data dir publishes exactly replay's verdicts."""
     with fault_case(broker.bootstrap, tmp_path, "overdue", runs=16, per_run=16, seed=15) as case:
-        produce(broker.bootstrap, case.t["events"], case.lines)
-        first = incarnation(broker.bootstrap, case.t, tmp_path, "w", 0, config=case.config,
-                            extra=["--stop-timeout", "1ms"]).start()  # fmt: skip
-        case.workers.append(first)
+        first = start_on_trace(broker.bootstrap, case, tmp_path, ["--stop-timeout", "1ms"])
         case.tail.wait_distinct(len(case.expected) // 4, 60, [first])
         code = first.stop()
         assert code == 1, first.log()[-3000:]
         (overdue,) = first.lines("stop_overdue")
         assert overdue["stop_timeout"] == "0.001"
-        second = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
-        case.workers.append(second)
-        case.tail.wait_distinct(len(case.expected), 60, [second])
-        time.sleep(0.5)  # stragglers (repeats) still in flight
-        assert second.stop() == 0
+        finish_on_restart(broker.bootstrap, case, tmp_path)
     figures = case.check()
     record_figures("overdue_stop", fault="SIGTERM with --stop-timeout 1ms, then restart", events=len(case.lines),
                    **figures, exit_code=code)  # fmt: skip
