@@ -341,15 +341,25 @@ static int encode(Buffer *b, PyObject *value) {
     return status;
 }
 
-static PyObject *stable_json(PyObject *module, PyObject *value) {
-    (void)module;
+/* `finish(bytes)` of value's stable JSON, None where the Python path must answer, or NULL on error.
+   `finish` owns the buffer: it frees it. */
+static PyObject *answer(PyObject *value, PyObject *(*finish)(Buffer *)) {
     Buffer b;
     int status = encode(&b, value);
     if (status == FAILED) return NULL;
     if (status == FALLBACK) Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize(b.data, b.len);
-    buffer_free(&b);
+    return finish(&b);
+}
+
+static PyObject *as_bytes(Buffer *b) {
+    PyObject *out = PyBytes_FromStringAndSize(b->data, b->len);
+    buffer_free(b);
     return out;
+}
+
+static PyObject *stable_json(PyObject *module, PyObject *value) {
+    (void)module;
+    return answer(value, as_bytes);
 }
 
 #ifdef LW_OPENSSL
@@ -365,26 +375,20 @@ static PyObject *hex_of(const unsigned char *md, Py_ssize_t n) {
 }
 #endif
 
-static PyObject *stable_digest(PyObject *module, PyObject *value) {
-    (void)module;
-    Buffer b;
-    int status = encode(&b, value);
-    if (status == FAILED) return NULL;
-    if (status == FALLBACK) Py_RETURN_NONE;
+static PyObject *as_digest(Buffer *b) {
 #ifdef LW_OPENSSL
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int md_len = 0;
-    int ok = EVP_DigestInit_ex(sha_ctx, sha256_md, NULL) && EVP_DigestUpdate(sha_ctx, b.data, b.len) &&
+    int ok = EVP_DigestInit_ex(sha_ctx, sha256_md, NULL) && EVP_DigestUpdate(sha_ctx, b->data, b->len) &&
              EVP_DigestFinal_ex(sha_ctx, md, &md_len);
-    buffer_free(&b);
+    buffer_free(b);
     if (!ok) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL sha256 failed");
         return NULL;
     }
     return hex_of(md, md_len);
 #else
-    PyObject *data = PyBytes_FromStringAndSize(b.data, b.len);
-    buffer_free(&b);
+    PyObject *data = as_bytes(b);
     if (data == NULL) return NULL;
     PyObject *hash = PyObject_CallOneArg(sha256_new, data);
     Py_DECREF(data);
@@ -393,6 +397,11 @@ static PyObject *stable_digest(PyObject *module, PyObject *value) {
     Py_DECREF(hash);
     return out;
 #endif
+}
+
+static PyObject *stable_digest(PyObject *module, PyObject *value) {
+    (void)module;
+    return answer(value, as_digest);
 }
 
 static PyMethodDef methods[] = {
