@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+EXTENSIONS_OFF = bool(os.environ.get("LOOPWARDEN_NO_EXTENSIONS"))
+"""Run the Python definitions alone: the engine's sources, and hashing without
+`_speedups` (to compare with, or debug, the Python path)."""
 HERE = Path(__file__).resolve().parent
 RECORD = HERE / "compiled.json"
 PACKAGE = __name__.rpartition(".")[0]
@@ -42,7 +45,7 @@ def shadowed() -> frozenset[str]:
 
 def _reason_for_sources(modules: frozenset[str]) -> str | None:
     """Why the sources must run, or None when the compiled modules are current."""
-    if os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):
+    if EXTENSIONS_OFF:
         return "LOOPWARDEN_NO_EXTENSIONS is set"
     if not modules:
         return "not compiled (no C compiler or mypyc at install time)"

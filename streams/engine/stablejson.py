@@ -22,14 +22,15 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 from typing import Any
 
 import msgspec
 
+from streams.engine.compiled import EXTENSIONS_OFF
+
 speedups: Any = None
 """streams.engine._speedups, or None for the pure-Python path alone."""
-if not os.environ.get("LOOPWARDEN_NO_EXTENSIONS"):  # set to compare with, or debug, the Python path
+if not EXTENSIONS_OFF:
     try:
         speedups = importlib.import_module("streams.engine._speedups")
     except ImportError:  # installed without a C compiler
