@@ -639,26 +639,20 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
 
 class Worker(FaustWorker):
     """Faust's worker (its log lines keep the name), with two changes to how a
-    signal stops it.
+    signal (SIGTERM, SIGINT) stops it. Neither can lose an event: one is
+    acknowledged only once its verdict is delivered.
 
-    A stop that has not finished `stop_timeout` seconds after SIGTERM/SIGINT
-    ends the process (status 1, one `stop_overdue` error line), so that a stop
-    stuck inside Faust (seen, rarely, when the signal lands while the consumer
-    is joining its group) ends before the supervisor's grace period does. It
-    is what that supervisor's SIGKILL would do: an event is acknowledged only
-    once its verdict is delivered, so nothing is lost.
-
-    An error raised while a signal stops the start-up is not a failure.
-
-    On SIGTERM (or SIGINT) Faust stops every service, also those still
-    starting, and one of those can then fail instead of stopping. Seen while
-    the table's changelog topic is declared: Faust's conductor waits for the
-    same declaration, the stop cancels its task, which cancels the future it
-    shares with the declaration (mode's ``StampedeWrapper``), whose
-    ``set_result`` then raises InvalidStateError; Faust exits 1 for it. The
-    stop was asked for and goes on as any stop does (an event is acknowledged
-    only once its verdict is delivered), so the worker exits 0. An error
-    raised before any signal still exits 1.
+    - An error raised while the signal stops the start-up is the stop, not a
+      failure: exit 0. Faust stops every service, also those still starting,
+      and one can fail instead of stopping. Seen while the table's changelog
+      topic is declared: the conductor awaits the same declaration, the stop
+      cancels its task and with it the future it shares with the declaration
+      (mode's ``StampedeWrapper``), whose ``set_result`` then raises
+      InvalidStateError. An error raised before any signal still exits 1.
+    - A stop not finished `stop_timeout` seconds after the signal ends the
+      process (status 1, one `stop_overdue` error line), before the
+      supervisor's grace period does and as its SIGKILL would. Seen, rarely,
+      when the signal lands while the consumer is joining its group.
     """
 
     def __init__(self, app: faust.App, *, stop_timeout: float, **kwargs: Any) -> None:
