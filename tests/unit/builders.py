@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from msgspec import UNSET
@@ -19,6 +23,15 @@ from streams.engine import apply
 from streams.engine.config import parse_config
 
 _MISSING = object()
+
+
+def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`loopwarden replay ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG, with `env` added."""
+    environ = {k: v for k, v in os.environ.items() if k != "LOOPWARDEN_CONFIG"} | env
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", "replay", *args],
+        input=stdin if stdin is not None else b"", capture_output=True, env=environ, cwd=cwd, timeout=60,
+    )  # fmt: skip
 
 
 # --- independent hashing (only for values made of strings, ints, bools, null) ---

@@ -13,6 +13,7 @@ import pytest
 
 import streams.engine
 from bench.fleet_trace import generate_lines
+from builders import run_cli
 from streams.engine import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,10 +72,8 @@ def test_the_sources_can_be_asked_for(tree: Path) -> None:
 
 
 def _replay(events: Path, **env: str) -> bytes:
-    done = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", "--config", str(CONFIG), str(events)],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, check=True, timeout=300,
-    )  # fmt: skip
+    done = run_cli("--config", str(CONFIG), str(events), **env)
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 

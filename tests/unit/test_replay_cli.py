@@ -4,28 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from builders import low
+from builders import low, run_cli
 from streams.codec import append_verdict, decode_event, encode_verdict
 from streams.engine import apply
 from streams.replay import replay
 
 LOW_CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
                                           "globalCircuitBreakerThreshold": 7}}}  # fmt: skip
-
-
-def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "LOOPWARDEN_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", *args],
-        input=stdin if stdin is not None else b"", capture_output=True, env=env, cwd=cwd, timeout=60,
-    )  # fmt: skip
 
 
 def ev(kind, run, seq, **fields):
