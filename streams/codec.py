@@ -11,7 +11,7 @@ import msgspec
 from schemas.events import EVENT_TYPES, Event
 from schemas.state import RunState
 from schemas.verdicts import Verdict
-from streams.engine.stablejson import FLOAT_HOOK
+from streams.engine.stablejson import FLOAT_HOOK, speedups
 
 
 class BadEvent(ValueError):
@@ -41,8 +41,17 @@ brackets alone), so shorter input needs the check only when it fails to decode."
 _TOO_DEEP = f"not a JSON event: nested deeper than {MAX_DEPTH} levels"
 
 
+def _python_openings(data: bytes) -> int:
+    return data.count(b"[") + data.count(b"{")
+
+
+_openings = _python_openings if speedups is None else speedups.openings
+"""How many '[' and '{' bytes: in C one pass costs a tenth of the two counts,
+which were a third of decoding a kilobyte event."""
+
+
 def _too_deep(data: bytes) -> bool:
-    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+    if _openings(data) <= MAX_DEPTH:
         return False  # cheap and the common case: cannot be that deep
     brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > MAX_DEPTH
