@@ -208,15 +208,17 @@ def scale_goals(entries: dict[str, dict[str, Any]], goal: int) -> None:
     goal scaled by the baseline pass run beside it: the median of those
     ratios is steadier than a ratio of medians when the machine's speed moves."""
     baseline = entries["msgspec"]
-    base_rates = [baseline["events"] / c for c in baseline["cpu_seconds"]]
+    base_cpus = baseline["cpu_seconds"]
+    scaled = goal * statistics.median(baseline["events"] / c for c in base_cpus if c > 0) / BASELINE_AT_GOALS
     for stage, entry in entries.items():
         if stage in NO_GOAL:
             continue
         ratios = [
-            (entry["events"] / cpu) / (goal * base / BASELINE_AT_GOALS)
-            for cpu, base in zip(entry["cpu_seconds"], base_rates, strict=True)
+            (entry["events"] / cpu) / (goal * (baseline["events"] / base) / BASELINE_AT_GOALS)
+            for cpu, base in zip(entry["cpu_seconds"], base_cpus, strict=True)
+            if cpu > 0 and base > 0  # a pass too short for the clock says nothing
         ]
-        entry["scaled_goal"] = goal * statistics.median(base_rates) / BASELINE_AT_GOALS
+        entry["scaled_goal"] = scaled
         entry["scaled_goal_ratio"] = statistics.median(ratios)
 
 
