@@ -41,11 +41,18 @@ class Abort(Struct, array_like=True, gc=False, frozen=True):
     message: str
 
 
+MAX_UNFINISHED = 256
+"""Calls kept per run after they left the history without a result (oldest dropped)."""
+
+
 class RunState(Struct, kw_only=True, dict=True):
     """Everything the engine knows about one run.
 
     `dict=True` lets the engine keep an index of `history` beside the fields
-    (streams.engine.engine._seen); only the fields are encoded.
+    (streams.engine.engine._seen); only the fields are encoded. `unfinished`
+    holds, by call id, the calls that left the history before their result
+    arrived, so that a result sent without args still takes its call's args
+    hash; a state stored before it existed decodes with it empty.
     """
 
     last_seq: int = -1
@@ -55,6 +62,7 @@ class RunState(Struct, kw_only=True, dict=True):
     guard_remaining: int = 0
     guard_window: list[Triple] = field(default_factory=list)
     aborted: Abort | None = None
+    unfinished: dict[str, Record] = field(default_factory=dict)
 
 
 class StoredRun(Struct, array_like=True):

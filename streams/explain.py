@@ -39,7 +39,7 @@ from schemas.state import (
 from schemas.verdicts import Verdict
 from streams.codec import BadEvent, decode_event, decode_verdict
 from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
-from streams.engine.engine import call_signature, find_open_call, result_kind, result_signature
+from streams.engine.engine import call_signature, open_call, result_kind, result_signature
 from streams.engine.hashing import POLL_KINDS, classify, result_outcome
 from streams.engine.warnings import BUCKET_SIZE
 from streams.replay import apply_safely
@@ -189,7 +189,8 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             step.measures = measure(current.history, event.tool_name, signature, kind in POLL_KINDS)
         elif isinstance(event, ToolResult) and not duplicate:
             signature = result_signature(event)
-            record = find_open_call(current.history, event.tool_call_id, event.tool_name, signature)
+            record = open_call(current, event, signature)
+            late = record is not None and current.unfinished.get(event.tool_call_id) is record
             if event.result_hash:
                 step.result_hash = event.result_hash
                 step.unknown_tool = event.unknown_tool_name
@@ -210,6 +211,8 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
                 step.note = "no result hash (no outcome, or the guard's own block): not progress"
             elif record is None:
                 step.note = "no open call with this id: appended as a new record"
+            elif late:
+                step.note = "its call had left the history unfinished: appended with the call's args hash"
         try:
             outcome = apply_safely(state, event, config)
         except BadEvent as exc:

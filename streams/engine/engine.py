@@ -14,7 +14,7 @@ from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
-from schemas.state import KIND_OTHER, Abort, Record, RunState, Triple
+from schemas.state import KIND_OTHER, MAX_UNFINISHED, Abort, Record, RunState, Triple
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Decision, Verdict
 from streams.engine import guard
 from streams.engine.detectors import detect
@@ -98,8 +98,11 @@ def _seen(state: RunState) -> dict[str, int]:
     return seen
 
 
-def _record(history: list[Record], seen: dict[str, int], record: Record, size: int) -> None:
-    """Append to the run's history (`seen` its index) and drop the oldest records beyond `size`."""
+def _record(state: RunState, seen: dict[str, int], record: Record, size: int) -> None:
+    """Append to the run's history (`seen` its index) and drop the oldest
+    records beyond `size`; a dropped call still waiting for its result is kept
+    in `unfinished`, so that its result can still take its args hash."""
+    history = state.history
     history.append(record)
     seen[record.args_hash] = seen.get(record.args_hash, 0) + 1
     excess = len(history) - size
@@ -110,7 +113,16 @@ def _record(history: list[Record], seen: dict[str, int], record: Record, size: i
                 seen[old.args_hash] = left
             else:
                 del seen[old.args_hash]
+            if old.result_hash is None and old.call_id is not None:
+                _keep_unfinished(state.unfinished, old.call_id, old)
         del history[:excess]
+
+
+def _keep_unfinished(unfinished: dict[str, Record], call_id: str, record: Record) -> None:
+    unfinished.pop(call_id, None)  # a reused id moves to the newest place
+    unfinished[call_id] = record
+    if len(unfinished) > MAX_UNFINISHED:
+        del unfinished[next(iter(unfinished))]
 
 
 def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verdict:
@@ -127,7 +139,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
     if found is not None and found.level == "critical":
         decision = "block"  # not recorded: the block stays in force while nothing changes
     else:
-        _record(history, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
+        _record(state, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
         if found is None:  # the common case, answered at once
             return Verdict(
                 run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
@@ -158,6 +170,16 @@ def find_open_call(history: list[Record], call_id: str, tool: str, signature: st
     return None
 
 
+def open_call(state: RunState, event: ToolResult, signature: str | None) -> Record | None:
+    """The call a result completes: its record in the history, else, for a
+    result that names no args, the call that left the history unfinished
+    (the gateway still knows that call's args; so does this)."""
+    record = find_open_call(state.history, event.tool_call_id, event.tool_name, signature)
+    if record is None and signature is None and state.unfinished:
+        return state.unfinished.get(event.tool_call_id)
+    return record
+
+
 def call_signature(event: ToolCall) -> str:
     """A call's args hash: as sent, else computed from its args."""
     return event.args_hash or args_hash(event.tool_name, event.args)
@@ -182,7 +204,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
         return None
     tool = event.tool_name
     signature = result_signature(event)
-    record = find_open_call(state.history, event.tool_call_id, tool, signature)
+    record = open_call(state, event, signature)
     kind = result_kind(record, tool, event.args)
     result_hash: str | None
     unknown: str | None
@@ -197,12 +219,17 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
             unknown = event.unknown_tool_name
     if result_hash is None:
         return None  # no outcome (or the guard's own veto): not progress, resets nothing
-    if record is not None:
+    if record is None:
+        record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind, result_hash, unknown)
+        _record(state, _seen(state), record, cfg.history_size)
+    elif state.unfinished.get(event.tool_call_id) is record:  # its call left the history: append it, finished
+        del state.unfinished[event.tool_call_id]
         record.result_hash = result_hash
         record.unknown_tool = unknown
+        _record(state, _seen(state), record, cfg.history_size)
     else:
-        record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind, result_hash, unknown)
-        _record(state.history, _seen(state), record, cfg.history_size)
+        record.result_hash = result_hash
+        record.unknown_tool = unknown
     if state.guard_remaining <= 0:
         return None
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import Driver, call, compaction, expected_args_hash, fleet, low, result, run_end, sha
 from schemas.config import FleetConfig
-from schemas.state import KIND_VOLATILE_SEND
+from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED
 from streams.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, decode_state, encode_state, encode_verdict
 from streams.engine import apply
 
@@ -227,6 +228,64 @@ def test_send_result_without_args_or_call_is_still_a_send():
     (record,) = d.state().history
     assert record.result_hash == sha({"status": "sent"})
     assert record.kind == KIND_VOLATILE_SEND
+
+
+def _calls_that_leave_the_history(d: Driver, tool: str, args: dict, n: int, size: int) -> list[str]:
+    """`n` calls of (tool, args) with no result yet, then `size` other finished
+    calls, which push them out of the history; returns their call ids."""
+    ids = [f"late{i}" for i in range(n)]
+    for call_id in ids:
+        d.call(tool, args, call_id=call_id)
+    for i in range(size):
+        d.call("write", {"n": i})
+        d.result("write", result=txt(i))
+    return ids
+
+
+def test_result_of_a_call_that_left_the_history_takes_its_args_hash():
+    """Ten reads still running while thirty other calls finish: when their
+    results come, without args, each takes its call's args hash (spec §6), as
+    the gateway does, which still holds the call's params."""
+    d = Driver(fleet(enabled=True, historySize=30))
+    ids = _calls_that_leave_the_history(d, "read", {"path": "a"}, 10, 30)
+    assert set(d.state().unfinished) == set(ids)
+    for call_id in ids:
+        d.result("read", call_id, result=SAME)
+    assert d.state().unfinished == {}
+    assert [r.args_hash for r in d.state().history[-10:]] == [expected_args_hash("read", {"path": "a"})] * 10
+    v = d.call("read", {"path": "a"})
+    assert (v.decision, v.detector, v.count) == ("warn", "generic_repeat", 10)
+
+
+def test_a_poll_that_left_the_history_is_still_hashed_as_a_poll():
+    d = Driver(fleet(enabled=True, historySize=30))
+    poll = {"action": "poll", "sessionId": "s1"}
+    (call_id,) = _calls_that_leave_the_history(d, "process", poll, 1, 30)
+    state = decode_state(encode_state(d.state()))  # kept across a restart, too
+    d.states["r1"] = state
+    running = {"details": {"status": "running", "pid": 7}, "content": [{"type": "text", "text": "..."}]}
+    d.result("process", call_id, result=running)
+    record = d.state().history[-1]
+    assert record.kind == KIND_PROCESS_POLL
+    assert record.args_hash == expected_args_hash("process", poll)
+    assert record.result_hash == sha({"action": "poll", "status": "running", "exitCode": None, "exitSignal": None,
+                                      "aggregated": None, "text": "..."})  # fmt: skip
+
+
+def test_unfinished_calls_are_bounded_and_freed_by_run_end():
+    d = Driver(fleet(enabled=True, historySize=1))
+    for i in range(MAX_UNFINISHED + 5):
+        d.call("read", {"i": i}, call_id=f"c{i}")
+    unfinished = d.state().unfinished  # all but the newest call left the history; the oldest four went first
+    assert list(unfinished) == [f"c{i}" for i in range(4, MAX_UNFINISHED + 4)]
+    d.end()
+    assert d.state().unfinished == {}
+
+
+def test_a_state_stored_before_unfinished_existed_still_decodes():
+    old = msgspec.msgpack.encode({"last_seq": 4, "history": [["read", "read:x", "c1", 0, None, None]]})
+    state = decode_state(old)
+    assert state.unfinished == {} and state.last_seq == 4 and state.history[0].call_id == "c1"
 
 
 def test_result_with_different_args_does_not_fill_and_is_appended():
