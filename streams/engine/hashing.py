@@ -5,12 +5,14 @@ reference gateway so a gateway may send precomputed hashes instead of payloads.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
+from schemas.events import MAX_ID_CHARS
 from schemas.state import (
     KIND_COMMAND_STATUS,
     KIND_OTHER,
@@ -33,11 +35,18 @@ VOLATILE_SEND_KEYS = frozenset(
     }
 )  # fmt: skip
 
-# JavaScript's String#trim set; Python's str.strip also strips \x1c-\x1f.
+# JavaScript's String#trim set, which is also its regular expressions' \s;
+# Python's str.strip and \s also take \x1c-\x1f and \x85, and \s lacks \ufeff.
 _JS_WHITESPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_UNKNOWN_TOOL = (
-    re.compile(r"(?i:unknown tool)[:\s]+[\"']?([A-Za-z0-9_.-]{1,256})"),
-    re.compile(r"(?i:tool)\s+[\"']?([A-Za-z0-9_.-]{1,256})[\"']?\s+(?i:not found|is not available)"),
+_S = "[" + "".join(f"\\u{ord(c):04x}" for c in _JS_WHITESPACE) + "]"
+# The reference's /i without /u folds ASCII letters only (Python would also
+# match the Kelvin sign for "k" and the long s for "s"): re.ASCII.
+_UNKNOWN_TOOL = tuple(
+    re.compile(pattern, re.ASCII | re.IGNORECASE)
+    for pattern in (
+        f"unknown tool[:{_S[1:-1]}]+[\"']?([a-z0-9_.-]+)",
+        f"tool{_S}+[\"']?([a-z0-9_.-]+)[\"']?{_S}+(?:not found|is not available)",
+    )
 )
 
 
@@ -116,8 +125,9 @@ def error_text(error: Any) -> str:
         return error
     if isinstance(error, bool):
         return "true" if error else "false"
-    if isinstance(error, msgspec.Raw):
-        return bytes(error).decode()
+    if isinstance(error, msgspec.Raw):  # a number in JavaScript's spelling; non-finite ones are quoted
+        text = bytes(error).decode()
+        return json.loads(text) if text.startswith('"') else text
     if isinstance(error, int):
         return stable_json(error).decode()
     return stable_json(error).decode("utf-8", "surrogatepass")
@@ -131,7 +141,9 @@ def unknown_tool_name(text: str) -> str | None:
     for pattern in _UNKNOWN_TOOL:
         match = pattern.search(text)
         if match:
-            return match.group(1).lower()
+            name = match.group(1).lower()
+            # A record keeps the name: one beyond the id bound is kept as its digest.
+            return name if len(name) <= MAX_ID_CHARS else "sha256:" + hashlib.sha256(name.encode()).hexdigest()
     return None
 
 

@@ -163,6 +163,41 @@ def test_errors_that_name_no_tool(message):
     assert result_outcome("t", KIND_OTHER, UNSET, message)[1] is None
 
 
+@pytest.mark.parametrize(
+    ("message", "name"),
+    [
+        ("Un\u212anown tool: foo", None),  # the Kelvin sign is not "k" to the reference's /i
+        ("Tool foo i\u017f not available", None),  # nor is the long s an "s"
+        ("tool foo \u0131s not available", None),  # nor the dotless i an "i"
+        ("unknown tool\x1cfoo", None),  # \x1c-\x1f and \x85 are not JavaScript whitespace
+        ("unknown tool\x85foo", None),
+        ("unknown tool\ufefffoo", "foo"),  # but the byte-order mark is
+        ("tool\u3000foo\u00a0not found", "foo"),
+        ("tool " + "a" * 300 + " not found", "a" * 300),  # no length limit on the name
+    ],
+)
+def test_unknown_tool_matching_is_javascripts(message, name):
+    """The reference's patterns are JavaScript regular expressions with /i and
+    no /u: ASCII case folding, JavaScript's whitespace."""
+    assert unknown_tool_name(message) == name
+
+
+def test_a_name_beyond_the_id_bound_is_kept_as_its_digest():
+    """Records keep the name, so one longer than any id is kept as its sha256:
+    still equal for equal names and different for different ones."""
+    name = "b" * 5000
+    assert unknown_tool_name("unknown tool: " + name) == "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    assert unknown_tool_name("unknown tool: " + name + "c") != unknown_tool_name("unknown tool: " + name)
+
+
+def test_non_finite_number_error_is_hashed_as_its_javascript_text():
+    """`"error": 1e400` parses to Infinity; the reference hashes `${error}`, the text Infinity."""
+    event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1e400}')
+    assert result_outcome("t", KIND_OTHER, UNSET, event.error)[0] == expected_error_hash("Infinity")
+    event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1.50}')
+    assert result_outcome("t", KIND_OTHER, UNSET, event.error)[0] == expected_error_hash("1.5")
+
+
 def test_unknown_tool_only_from_errors_not_results():
     res = {"content": [{"type": "text", "text": "Unknown tool: foo"}]}
     assert result_outcome("t", KIND_OTHER, res, UNSET)[1] is None
