@@ -70,7 +70,50 @@ def decode_event(data: bytes | str) -> Event:
             raise BadEvent(_TOO_DEEP) from None
         if isinstance(exc, RecursionError):
             raise
+        if isinstance(exc, msgspec.DecodeError) and _SURROGATE_ESCAPE.search(data):
+            cleaned = drop_lone_surrogates(data)
+            if cleaned != data:
+                return decode_event(cleaned)
         raise _refusal(exc, data) from None
+
+
+_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def drop_lone_surrogates(data: bytes) -> bytes:
+    """The JSON text without its escapes of unpaired UTF-16 surrogates.
+
+    A JavaScript gateway that cuts a string through a surrogate pair (an emoji
+    at a truncation boundary) sends `\\ud83d` alone: valid JSON, but no
+    Unicode string. The reference gateway drops unpaired surrogates from every
+    string it hashes, so dropping them here gives its hashes; ids lose them too.
+    Escapes are read left to right, so an escaped backslash is never mistaken
+    for the start of one.
+    """
+    drops: list[tuple[int, int]] = []
+    high: tuple[int, int] | None = None  # a high surrogate waiting for its low half
+    for match in _ESCAPE.finditer(data):
+        digits = match.group(1)
+        unit = int(digits, 16) if digits else -1
+        if high is not None:
+            if 0xDC00 <= unit <= 0xDFFF and match.start() == high[1]:
+                high = None
+                continue  # a pair: one character
+            drops.append(high)
+            high = None
+        if 0xD800 <= unit <= 0xDBFF:
+            high = match.span()
+        elif 0xDC00 <= unit <= 0xDFFF:
+            drops.append(match.span())
+    if high is not None:
+        drops.append(high)
+    kept = []
+    start = 0
+    for begin, end in drops:
+        kept.append(data[start:begin])
+        start = end
+    kept.append(data[start:])
+    return b"".join(kept)
 
 
 def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) -> BadEvent:
@@ -83,11 +126,6 @@ def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) ->
         if "missing required field `type`" in text:
             return BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
         return BadEvent(f"invalid event: {text}")
-    if _SURROGATE_ESCAPE.search(data):
-        return BadEvent(
-            "not a JSON event: a \\u escape of a lone UTF-16 surrogate (a string cut through an emoji?) "
-            "cannot be decoded; send valid UTF-8"
-        )
     return BadEvent(f"not a JSON event: {exc}")
 
 

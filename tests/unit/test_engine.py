@@ -15,6 +15,7 @@ from schemas.config import FleetConfig
 from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED
 from streams.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, decode_state, encode_state, encode_verdict
 from streams.engine import apply
+from streams.engine.engine import call_signature
 
 SAME = {"content": [{"type": "text", "text": "same"}]}
 
@@ -443,6 +444,34 @@ def test_decode_refuses_as_too_deep_exactly_when_too_deep(depth, opener, cut, he
     except BadEvent as exc:
         reason = str(exc)
     assert (reason == _DEEP) == _too_deep(data)
+
+
+@pytest.mark.parametrize(
+    ("escaped", "kept"),
+    [
+        (r"cut \ud83d", "cut "),  # a high half at the end: an emoji cut by slice()
+        (r"\ude00 tail", " tail"),  # a low half alone
+        (r"\ud83d\ud83d\ude00", "\U0001f600"),  # the first high half is alone; the pair stays
+        (r"a\ud83d\ude00b", "a\U0001f600b"),  # a pair is one character
+        (r"\\ud800", "\\ud800"),  # an escaped backslash, then text: no escape at all
+        (r"\\\ud800", "\\"),  # an escaped backslash, then a lone half
+    ],
+)
+def test_unpaired_surrogate_escapes_are_dropped_as_the_reference_drops_them(escaped, kept):
+    """Valid JSON that no Unicode string can hold: the reference gateway drops
+    unpaired surrogates from every string it hashes, and so does the decoder."""
+    line = '{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"s":"%s"}}' % escaped
+    event = decode_event(line.encode())
+    assert event.args == {"s": kept}
+    assert call_signature(event) == expected_args_hash("t", {"s": kept})
+    (verdict,) = apply(None, event, low()).verdicts
+    assert verdict.decision == "allow"
+
+
+def test_an_unpaired_surrogate_does_not_hide_another_fault():
+    line = rb'{"type":"tool_call","run_id":"r","tool_call_id":"c","tool_name":"t","args":{"s":"\ud800"},"seq":"1"}'
+    with pytest.raises(BadEvent, match=r"Expected `int`, got `str` - at `\$.seq`"):
+        decode_event(line)
 
 
 def test_optional_fields_accepted():
