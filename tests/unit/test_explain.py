@@ -100,6 +100,21 @@ def test_ping_pong_count_and_evidence():
     assert calls[5].measures.ping_pong == 3
 
 
+def test_a_late_result_shows_the_call_it_completes():
+    """A call that left the history before its result (historySize 2 here) is
+    still the call its result completes: explain shows its args hash."""
+    small = FleetConfig(default=LoopDetectionConfig(enabled=True, history_size=2))
+    events = [{"type": "tool_call", "run_id": "r", "seq": 0, "tool_call_id": "slow", "tool_name": "read", "args": {"p": "a"}}]
+    for i in range(1, 3):
+        events.append({"type": "tool_call", "run_id": "r", "seq": 2 * i - 1, "tool_call_id": f"c{i}", "tool_name": "ls", "args": {"i": i}})
+        events.append({"type": "tool_result", "run_id": "r", "seq": 2 * i, "tool_call_id": f"c{i}", "tool_name": "ls", "result": {}})
+    events.append({"type": "tool_result", "run_id": "r", "seq": 5, "tool_call_id": "slow", "tool_name": "read", "result": {}})
+    steps, _ = explain(lines(events), "r", small)
+    late = steps[-1]
+    assert late.args_hash == steps[0].args_hash
+    assert late.note == "its call had left the history unfinished: appended with the call's args hash"
+
+
 @pytest.mark.parametrize("run", ["run-healthy", "run-repeat", "run-poll", "run-pingpong", "run-unknown-tool", "run-compaction"])
 def test_verdicts_are_the_engines(run):
     """Explain and replay agree on every verdict of the sample trace, and a
