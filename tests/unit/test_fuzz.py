@@ -17,7 +17,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.state import RunState
+from schemas.state import MAX_UNFINISHED, RunState
 from streams.codec import BadEvent, decode_event, decode_state, encode_state
 from streams.engine import apply
 from streams.engine.config import parse_config
@@ -162,6 +162,8 @@ def valid_event(draw: st.DrawFn, run_id: str = "r") -> dict[str, Any]:
 def _bounded(state: RunState, before: int) -> None:
     assert len(state.history) <= HISTORY
     assert len(state.warning_buckets) <= MAX_KEYS
+    assert len(state.unfinished) <= MAX_UNFINISHED
+    assert all(record.result_hash is None for record in state.unfinished.values())
     assert len(state.guard_window) <= WINDOW
     assert 0 <= state.guard_remaining <= WINDOW
     assert state.last_seq >= before
