@@ -222,14 +222,12 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     if record is None:
         record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind, result_hash, unknown)
         _record(state, _seen(state), record, cfg.history_size)
-    elif state.unfinished.get(event.tool_call_id) is record:  # its call left the history: append it, finished
-        del state.unfinished[event.tool_call_id]
-        record.result_hash = result_hash
-        record.unknown_tool = unknown
-        _record(state, _seen(state), record, cfg.history_size)
     else:
         record.result_hash = result_hash
         record.unknown_tool = unknown
+        if state.unfinished.get(event.tool_call_id) is record:  # its call had left the history: back in, finished
+            del state.unfinished[event.tool_call_id]
+            _record(state, _seen(state), record, cfg.history_size)
     if state.guard_remaining <= 0:
         return None
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)
