@@ -189,8 +189,7 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             step.measures = measure(current.history, event.tool_name, signature, kind in POLL_KINDS)
         elif isinstance(event, ToolResult) and not duplicate:
             signature = result_signature(event)
-            record = open_call(current, event, signature)
-            late = record is not None and current.unfinished.get(event.tool_call_id) is record
+            record, late = open_call(current, event, signature)
             if event.result_hash:
                 step.result_hash = event.result_hash
                 step.unknown_tool = event.unknown_tool_name

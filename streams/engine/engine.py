@@ -170,14 +170,16 @@ def find_open_call(history: list[Record], call_id: str, tool: str, signature: st
     return None
 
 
-def open_call(state: RunState, event: ToolResult, signature: str | None) -> Record | None:
-    """The call a result completes: its record in the history, else, for a
-    result that names no args, the call that left the history unfinished
-    (the gateway still knows that call's args; so does this)."""
+def open_call(state: RunState, event: ToolResult, signature: str | None) -> tuple[Record | None, bool]:
+    """The call a result completes, and whether it had left the history: its
+    record in the history, else, for a result that names no args, the call
+    that left the history unfinished (the gateway still knows that call's
+    args; so does this)."""
     record = find_open_call(state.history, event.tool_call_id, event.tool_name, signature)
     if record is None and signature is None and state.unfinished:
-        return state.unfinished.get(event.tool_call_id)
-    return record
+        record = state.unfinished.get(event.tool_call_id)
+        return record, record is not None
+    return record, False
 
 
 def call_signature(event: ToolCall) -> str:
@@ -204,7 +206,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
         return None
     tool = event.tool_name
     signature = result_signature(event)
-    record = open_call(state, event, signature)
+    record, late = open_call(state, event, signature)
     kind = result_kind(record, tool, event.args)
     result_hash: str | None
     unknown: str | None
@@ -225,7 +227,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     else:
         record.result_hash = result_hash
         record.unknown_tool = unknown
-        if state.unfinished.get(event.tool_call_id) is record:  # its call had left the history: back in, finished
+        if late:  # its call had left the history: back in, finished
             del state.unfinished[event.tool_call_id]
             _record(state, _seen(state), record, cfg.history_size)
     if state.guard_remaining <= 0:
