@@ -23,7 +23,6 @@ _verdict_encoder = msgspec.json.Encoder()
 _verdict_decoder = msgspec.json.Decoder(Verdict)
 _state_encoder = msgspec.msgpack.Encoder()
 _state_decoder = msgspec.msgpack.Decoder(RunState)
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
 
 
@@ -70,9 +69,9 @@ def decode_event(data: bytes | str) -> Event:
             raise BadEvent(_TOO_DEEP) from None
         if isinstance(exc, RecursionError):
             raise
-        if isinstance(exc, msgspec.DecodeError) and _SURROGATE_ESCAPE.search(data):
+        if isinstance(exc, msgspec.DecodeError):
             cleaned = drop_lone_surrogates(data)
-            if cleaned != data:
+            if cleaned is not data:
                 return decode_event(cleaned)
         raise _refusal(exc, data) from None
 
@@ -81,7 +80,8 @@ _ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
 
 
 def drop_lone_surrogates(data: bytes) -> bytes:
-    """The JSON text without its escapes of unpaired UTF-16 surrogates.
+    """The JSON text without its escapes of unpaired UTF-16 surrogates (the
+    same object when it has none).
 
     A JavaScript gateway that cuts a string through a surrogate pair (an emoji
     at a truncation boundary) sends `\\ud83d` alone: valid JSON, but no
@@ -107,6 +107,8 @@ def drop_lone_surrogates(data: bytes) -> bytes:
             drops.append(match.span())
     if high is not None:
         drops.append(high)
+    if not drops:
+        return data
     kept = []
     start = 0
     for begin, end in drops:
