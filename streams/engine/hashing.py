@@ -38,14 +38,14 @@ VOLATILE_SEND_KEYS = frozenset(
 # JavaScript's String#trim set, which is also its regular expressions' \s;
 # Python's str.strip and \s also take \x1c-\x1f and \x85, and \s lacks \ufeff.
 _JS_WHITESPACE = "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_S = "[" + "".join(f"\\u{ord(c):04x}" for c in _JS_WHITESPACE) + "]"
+_JS_SPACE = "".join(f"\\u{ord(c):04x}" for c in _JS_WHITESPACE)  # the set, for a [character class]
 # The reference's /i without /u folds ASCII letters only (Python would also
 # match the Kelvin sign for "k" and the long s for "s"): re.ASCII.
 _UNKNOWN_TOOL = tuple(
     re.compile(pattern, re.ASCII | re.IGNORECASE)
     for pattern in (
-        f"unknown tool[:{_S[1:-1]}]+[\"']?([a-z0-9_.-]+)",
-        f"tool{_S}+[\"']?([a-z0-9_.-]+)[\"']?{_S}+(?:not found|is not available)",
+        f"unknown tool[:{_JS_SPACE}]+[\"']?([a-z0-9_.-]+)",
+        f"tool[{_JS_SPACE}]+[\"']?([a-z0-9_.-]+)[\"']?[{_JS_SPACE}]+(?:not found|is not available)",
     )
 )
 
