@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml setup.py $(ENGINE)
 	touch $(STAMP)
 
 kafka: $(STAMP)
-	$(BIN)/python -m streams.broker install
+	$(BIN)/loopwarden broker install
 
 up: kafka
 	$(BIN)/loopwarden up --config examples/loopwarden.json5 --demo examples/sample-trace.jsonl

@@ -48,10 +48,10 @@ class Engine:
         _forget_tree_modules()
         sys.path.insert(0, str(tree))
         try:
-            codec = importlib.import_module("streams.codec")
+            codec = importlib.import_module("schemas.codec")
             engine = importlib.import_module("streams.engine")
             config = importlib.import_module("streams.engine.config")
-            replay = importlib.import_module("streams.replay")
+            replay = importlib.import_module("streams.tools.replay")
         finally:
             sys.path.remove(str(tree))
         runtime = sys.modules.get("loopwarden_engine__mypyc")

@@ -20,7 +20,7 @@ import msgspec
 
 from bench.engine_bench import write_record
 from bench.fleet_trace import generate_lines
-from streams.codec import decode_event
+from schemas.codec import decode_event
 
 PATHS: dict[str, Callable[[bytes], Any]] = {
     "json.loads (dicts)": json.loads,

@@ -5,10 +5,10 @@
 
 For each trace variant (precomputed hashes, raw payloads) and each stage:
 
-- decode          `streams.codec.decode_event(line)` for every line
+- decode          `schemas.codec.decode_event(line)` for every line
 - apply           `streams.engine.apply(state, event, config)` on events decoded beforehand
 - decode+apply    both, line by line, as a consumer does
-- replay          `streams.replay.replay(lines, ...)`: decode + apply + verdict encoding
+- replay          `streams.tools.replay.replay(lines, ...)`: decode + apply + verdict encoding
 - msgspec         the baseline, no loopwarden code: msgspec decodes each line
                   of the raw trace (no schema) and hashlib takes its sha256;
                   it runs in every variant's passes, beside the other stages
@@ -74,10 +74,10 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 
 
 def _engine():
-    from streams.codec import decode_event, encode_verdict
+    from schemas.codec import decode_event, encode_verdict
     from streams.engine import apply
     from streams.engine.config import parse_config
-    from streams.replay import replay
+    from streams.tools.replay import replay
 
     return decode_event, encode_verdict, apply, parse_config(CONFIG).config, replay
 

@@ -17,7 +17,7 @@ from bench.decode_paths import passes
 from bench.engine_bench import write_record
 from bench.fleet_trace import generate_lines
 from schemas.events import ToolCall, ToolResult
-from streams.codec import decode_event
+from schemas.codec import decode_event
 from streams.engine import _speedups
 from streams.engine.hashing import python_digest
 from streams.engine.stablejson import python_stable_json

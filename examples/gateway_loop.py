@@ -115,9 +115,9 @@ def agent(client: GuardClient, run_id: str, max_steps: int = 40) -> str:
 @contextlib.contextmanager
 def local_stack(config: dict):
     """A temporary broker and a worker; yields the bootstrap address."""
-    from streams.broker import LocalBroker
-    from streams.settings import Topics
-    from streams.topics import ensure_topics
+    from streams.tools.broker import LocalBroker
+    from streams.worker.settings import Topics
+    from streams.worker.topics import ensure_topics
 
     workdir = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))
     config_path = workdir / "demo.json"

@@ -14,8 +14,8 @@ from streams.engine.config import ConfigError
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from streams.configfile import load_config_for_cli
-    from streams.replay import replay
+    from schemas.configfile import load_config_for_cli
+    from streams.tools.replay import replay
 
     config = load_config_for_cli(args.config, sys.stderr)
     if args.events == "-":
@@ -39,17 +39,17 @@ def _worker(args: argparse.Namespace) -> int:
     # would kill the process (status 143). Nothing is consumed before that, so
     # stopping is clean: exit 0. Faust's handler replaces this one.
     signal.signal(signal.SIGTERM, _exit_ok)
-    from streams.settings import settings_from_args
+    from streams.worker.settings import settings_from_args
 
     settings = settings_from_args(args)
-    from streams.app import run_worker  # imports Faust
+    from streams.worker.app import run_worker  # imports Faust
 
     return run_worker(settings)
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from streams.settings import default_bootstrap, topics_from_args
-    from streams.topics import TopicError, ensure_topics
+    from streams.worker.settings import default_bootstrap, topics_from_args
+    from streams.worker.topics import TopicError, ensure_topics
 
     try:
         states = ensure_topics(default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout)
@@ -62,8 +62,8 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from streams.kafkaio import produce_file
-    from streams.settings import default_bootstrap
+    from streams.tools.produce import produce_file
+    from streams.worker.settings import default_bootstrap
 
     try:
         report = produce_file(args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw)
@@ -79,8 +79,8 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    from streams.kafkaio import tail
-    from streams.settings import default_bootstrap
+    from streams.tools.tail import tail
+    from streams.worker.settings import default_bootstrap
 
     topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
     printed = tail(
@@ -100,21 +100,27 @@ def _tail(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from streams.up import run_up
+    from streams.tools.quickstart import run_up
 
     return run_up(args)
 
 
+def _broker(args: argparse.Namespace) -> int:
+    from streams.tools.broker import run_broker_command
+
+    return run_broker_command(args)
+
+
 def _audit(args: argparse.Namespace) -> int:
-    from streams.audit import main as audit_main
-    from streams.settings import default_bootstrap
+    from streams.tools.audit import main as audit_main
+    from streams.worker.settings import default_bootstrap
 
     args.bootstrap = default_bootstrap(args.bootstrap)
     return audit_main(args)
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from streams.explain import main as explain_main
+    from streams.tools.explain import main as explain_main
 
     return explain_main(args)
 
@@ -127,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
 
-    from streams.settings import (
+    from streams.worker.settings import (
         DEADLETTER_TOPIC,
         DECISIONS_TOPIC,
         EVENTS_TOPIC,
@@ -187,6 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--demo-timeout", type=duration, default=120.0, help="give up on the demo after (default 2m)")
     up.set_defaults(run=_up)
+
+    from streams.tools.broker import add_broker_commands
+
+    broker = commands.add_parser(
+        "broker",
+        help="install, start, stop or query the local single-node Kafka broker",
+        description="Install, start, stop or query the local single-node Kafka broker. "
+        "`start` leaves it running in the background and prints its bootstrap address.",
+    )
+    add_broker_commands(broker)
+    broker.set_defaults(run=_broker)
 
     audit = commands.add_parser(
         "audit", help="recompute verdicts from the events topic and compare them with the published ones"

@@ -2,7 +2,7 @@
 
 Each figure is one command; every command prints a table and writes a JSON
 record to bench/out/pipeline-<figure>-<UTC time>.json. Without --bootstrap a
-temporary local broker (streams.broker.LocalBroker, optimizing JIT on) is
+temporary local broker (streams.tools.broker.LocalBroker, optimizing JIT on) is
 started and stopped; with --bootstrap an existing one is used, which saves
 the broker's start-up CPU between figures.
 """
@@ -54,7 +54,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from streams.broker import LocalBroker
+    from streams.tools.broker import LocalBroker
 
     with LocalBroker(quick_jit=False, heap="1g") as b:
         yield b.bootstrap
@@ -67,8 +67,8 @@ def topic_names(prefix: str) -> dict[str, str]:
 
 
 def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
-    from streams.settings import Topics
-    from streams.topics import ensure_topics
+    from streams.worker.settings import Topics
+    from streams.worker.topics import ensure_topics
 
     ensure_topics(bootstrap, Topics(events=names["events"], decisions=names["decisions"],
                                     deadletter=names["deadletter"], partitions=partitions))  # fmt: skip
@@ -155,7 +155,7 @@ async def collect(bootstrap: str, topic: str, count: int, timeout: float, *, idl
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
-    from streams.topics import describe_partitions
+    from streams.worker.topics import describe_partitions
 
     return describe_partitions(bootstrap, [topic])[topic]
 

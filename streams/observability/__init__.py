@@ -1,0 +1,1 @@
+"""What the worker tells operators: Prometheus metrics and structured log lines."""

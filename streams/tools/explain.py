@@ -1,0 +1,444 @@
+"""`loopwarden explain RUN_ID`: one run's timeline, readable in a terminal.
+
+For every event of the run, in order: the call with short hashes, what each
+detector measured before the call was decided (no-progress streak,
+unknown-tool streak, ping-pong count, recent count), the post-compaction
+guard's state, and the verdict with its reason. Events come from a JSON-lines
+file (`--events`) or from the events topic (`--bootstrap`); from the topic,
+the verdicts that were really published are shown next to the recomputed
+ones.
+
+The measurements come from the engine's own functions
+(`streams.engine.detectors`), run on the engine's own state just before
+`apply`, so they are exactly what the detectors saw.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import msgspec
+
+from schemas.config import FleetConfig, LoopDetectionConfig
+from schemas.events import Compaction, RunEnd, ToolCall, ToolResult
+from schemas.state import (
+    KIND_COMMAND_STATUS,
+    KIND_OTHER,
+    KIND_PROCESS_LOG,
+    KIND_PROCESS_POLL,
+    KIND_VOLATILE_SEND,
+    Record,
+    RunState,
+)
+from schemas.verdicts import Verdict
+from schemas.codec import BadEvent, decode_event, decode_verdict
+from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
+from streams.engine.engine import call_signature, open_call, result_kind, result_signature
+from streams.engine.hashing import POLL_KINDS, classify, result_outcome
+from streams.engine.warnings import BUCKET_SIZE
+from streams.tools.replay import apply_safely
+
+KIND_NAMES = {
+    KIND_OTHER: "",
+    KIND_PROCESS_POLL: "poll",
+    KIND_PROCESS_LOG: "poll(log)",
+    KIND_COMMAND_STATUS: "poll",
+    KIND_VOLATILE_SEND: "send",
+}
+
+
+def short(hash_value: str | None, width: int = 8) -> str:
+    """`exec:3fa2…` -> `3fa2b1c0`; `error:9c1d…` -> `err:9c1d22aa`."""
+    if not hash_value:
+        return "-"
+    head, _, tail = hash_value.rpartition(":")
+    if head == "error":
+        return "err:" + tail[:width]
+    return (tail or head)[:width]
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def shorten_key(key: str) -> str:
+    """A warning key with its sha256 digests cut to 8 characters."""
+    return _DIGEST.sub(lambda m: m.group()[:8] + "…", key)
+
+
+@dataclass
+class Measures:
+    """What the detectors measured for a tool call, before it was decided."""
+
+    no_progress: int
+    no_progress_result: str | None
+    unknown: int
+    unknown_name: str | None
+    ping_pong: int
+    ping_pong_with: str | None
+    ping_pong_no_progress: bool
+    recent: int
+    is_poll: bool
+
+
+@dataclass
+class Step:
+    source: str  # "line 3", "p0@17"
+    seq: int
+    type: str
+    run_id: str
+    tool: str | None = None
+    call_id: str | None = None
+    args_hash: str | None = None
+    kind: str = ""
+    result_hash: str | None = None
+    unknown_tool: str | None = None
+    measures: Measures | None = None
+    guard: str = ""
+    verdict: Verdict | None = None
+    published: list[Verdict] | None = None
+    note: str = ""
+    agent_id: str | None = None
+    config: LoopDetectionConfig | None = None
+    history: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "source": self.source,
+            "seq": self.seq,
+            "type": self.type,
+            "tool": self.tool,
+            "tool_call_id": self.call_id,
+            "args_hash": self.args_hash,
+            "kind": self.kind or None,
+            "result_hash": self.result_hash,
+            "unknown_tool": self.unknown_tool,
+            "measures": msgspec.to_builtins(self.measures.__dict__) if self.measures else None,
+            "guard": self.guard,
+            "history": self.history,
+            "note": self.note or None,
+            "verdict": msgspec.to_builtins(self.verdict) if self.verdict else None,
+        }
+        if self.published is not None:
+            out["published"] = msgspec.to_builtins(self.published)
+        return out
+
+
+def _guard_text(state: RunState, cfg: LoopDetectionConfig) -> str:
+    if state.aborted is not None:
+        return "ABORTED"
+    if not cfg.guard:
+        return "off"
+    if state.guard_remaining > 0:
+        return f"armed {state.guard_remaining}/{cfg.window_size}"
+    return "idle"
+
+
+def measure(history: list[Record], tool: str, signature: str, is_poll: bool) -> Measures:
+    """The four measurements `detect` takes, from the same functions."""
+    unknown, unknown_name = unknown_tool_streak(history, tool)
+    same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
+    streak, latest = no_progress_streak(same_call)
+    pp = ping_pong(history, signature)
+    return Measures(
+        no_progress=streak,
+        no_progress_result=latest,
+        unknown=unknown,
+        unknown_name=unknown_name,
+        ping_pong=pp.count,
+        ping_pong_with=pp.paired_tool,
+        ping_pong_no_progress=pp.no_progress,
+        recent=len(same_call),
+        is_poll=is_poll,
+    )
+
+
+def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig) -> tuple[list[Step], list[str]]:
+    """Steps of one run from (source, raw event) pairs; also the refusals."""
+    state: RunState | None = None
+    steps: list[Step] = []
+    refused: list[str] = []
+    for source, raw in items:
+        try:
+            event = decode_event(raw)
+        except BadEvent as exc:
+            refused.append(f"{source}: {exc}")
+            continue
+        if event.run_id != run_id:
+            continue
+        current = state or RunState()
+        agent_id = current.agent_id
+        if agent_id is None and isinstance(event, (ToolCall, Compaction)) and event.agent_id:
+            agent_id = event.agent_id
+        cfg = config.for_agent(agent_id)
+        step = Step(source, event.seq, type(event).__struct_config__.tag, run_id, agent_id=agent_id, config=cfg)
+        if isinstance(event, (ToolCall, ToolResult)):
+            step.tool = event.tool_name
+            step.call_id = event.tool_call_id
+        duplicate = event.seq <= current.last_seq
+        if isinstance(event, ToolCall) and not duplicate:
+            signature = call_signature(event)
+            kind = classify(event.tool_name, event.args)
+            step.args_hash = signature
+            step.kind = KIND_NAMES.get(kind, "")
+            step.measures = measure(current.history, event.tool_name, signature, kind in POLL_KINDS)
+        elif isinstance(event, ToolResult) and not duplicate:
+            signature = result_signature(event)
+            record, late = open_call(current, event, signature)
+            if event.result_hash:
+                step.result_hash = event.result_hash
+                step.unknown_tool = event.unknown_tool_name
+            else:
+                kind = result_kind(record, event.tool_name, event.args)
+                try:
+                    step.result_hash, step.unknown_tool = result_outcome(
+                        event.tool_name, kind, event.result, event.error
+                    )
+                except (RecursionError, ValueError, TypeError):
+                    pass  # apply_safely below refuses it with the reason
+                if event.unknown_tool_name:
+                    step.unknown_tool = event.unknown_tool_name
+            step.args_hash = signature or (record.args_hash if record else None)
+            if current.aborted is not None:
+                step.note = "run already aborted: result ignored"
+            elif step.result_hash is None:
+                step.note = "no result hash (no outcome, or the guard's own block): not progress"
+            elif record is None:
+                step.note = "no open call with this id: appended as a new record"
+            elif late:
+                step.note = "its call had left the history unfinished: appended with the call's args hash"
+        try:
+            outcome = apply_safely(state, event, config)
+        except BadEvent as exc:
+            refused.append(f"{source}: {exc}")
+            continue
+        state = outcome.state
+        if outcome.duplicate:
+            step.note = f"duplicate: seq {event.seq} is not above {current.last_seq}; ignored"
+        elif isinstance(event, Compaction):
+            step.note = (
+                f"post-compaction guard armed for {outcome.armed} attempts" if outcome.armed else
+                ("run already aborted" if state.aborted is not None else "guard disabled (enabled: false)")
+            )  # fmt: skip
+        elif isinstance(event, RunEnd):
+            step.note = "run ended: history and guard freed"
+        step.verdict = outcome.verdicts[0] if outcome.verdicts else None
+        step.guard = _guard_text(state, cfg)
+        step.history = len(state.history)
+        steps.append(step)
+    return steps, refused
+
+
+# --------------------------------------------------------------------------
+# Sources
+# --------------------------------------------------------------------------
+
+
+def events_from_file(path: str) -> Iterable[tuple[str, bytes]]:
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    try:
+        for number, line in enumerate(stream, 1):
+            if line.strip():
+                yield f"line {number}", line
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def from_topics(
+    bootstrap: str, run_id: str, events_topic: str, decisions_topic: str
+) -> tuple[list[tuple[str, bytes]], dict[int, list[Verdict]]]:
+    """The run's events (by message key) and its published verdicts, read
+    by manual assignment without a consumer group."""
+    from streams.tools.audit import _consumer, _partitions, read_range
+
+    consumer = _consumer(bootstrap, "loopwarden-explain")
+    key = run_id.encode()
+    try:
+        tps = _partitions(consumer, events_topic)
+        events = [
+            (f"p{r.partition}@{r.offset}", r.value)
+            for r in read_range(consumer, dict(consumer.beginning_offsets(tps)), dict(consumer.end_offsets(tps)), key)
+        ]
+        published: dict[int, list[Verdict]] = {}
+        try:
+            d_tps = _partitions(consumer, decisions_topic)
+        except Exception:
+            return events, published
+        ranges = (dict(consumer.beginning_offsets(d_tps)), dict(consumer.end_offsets(d_tps)))
+        for record in read_range(consumer, *ranges, key):
+            try:
+                verdict = decode_verdict(record.value)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            seen = published.setdefault(verdict.seq, [])
+            if verdict not in seen:
+                seen.append(verdict)
+        return events, published
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------
+
+
+def _config_line(cfg: LoopDetectionConfig) -> str:
+    if cfg.rolling:
+        detectors = [
+            name
+            for name, on in (
+                ("genericRepeat", cfg.generic_repeat),
+                ("knownPollNoProgress", cfg.known_poll_no_progress),
+                ("pingPong", cfg.ping_pong),
+            )
+            if on
+        ]
+        rolling = (
+            f"rolling detectors on (warn {cfg.warning_threshold}, critical {cfg.critical_threshold}, "
+            f"unknown tool {cfg.unknown_tool_threshold}, breaker {cfg.global_circuit_breaker_threshold}, "
+            f"history {cfg.history_size}; {', '.join(detectors) or 'no pattern detectors'})"
+        )
+    else:
+        rolling = "rolling detectors off (enabled is not true)"
+    guard = f"guard window {cfg.window_size}" if cfg.guard else "guard off"
+    return f"{rolling}; {guard}"
+
+
+def _measures_text(m: Measures | None) -> str:
+    if m is None:
+        return ""
+    parts = [f"np {m.no_progress}" + (f"={short(m.no_progress_result, 6)}" if m.no_progress else "")]
+    parts.append(f"unk {m.unknown}" + (f"({m.unknown_name})" if m.unknown else ""))
+    pp = f"pp {m.ping_pong}"
+    if m.ping_pong:
+        pp += f"<>{m.ping_pong_with}" + ("!" if m.ping_pong_no_progress else "")
+    parts.append(pp)
+    parts.append(f"rec {m.recent}")
+    return " ".join(parts)
+
+
+def _verdict_text(v: Verdict | None) -> str:
+    if v is None:
+        return ""
+    if v.decision == "allow" and v.detector is None:
+        return "allow"
+    text = v.decision.upper() if v.decision != "allow" else "allow"
+    text += f" {v.detector} ({v.level}, count {v.count})"
+    return text
+
+
+def format_timeline(
+    steps: list[Step], run_id: str, refused: list[str], *, width: int = 100, show_published: bool = False
+) -> str:
+    if not steps:
+        lines = [f"run {run_id}: no events found"]
+        lines += [f"  refused {r}" for r in refused]
+        return "\n".join(lines) + "\n"
+    first = steps[0]
+    agents = {s.agent_id for s in steps if s.agent_id}
+    lines = [
+        f"run {run_id}: {len(steps)} events, agent {', '.join(sorted(agents)) or '(none: global config)'}",
+        f"  config: {_config_line(steps[-1].config or first.config or LoopDetectionConfig())}",
+        "  measures (before each call): np = no-progress streak (=result), unk = unknown-tool streak,",
+        "  pp = ping-pong count (<>paired tool, ! = no-progress evidence), rec = recent identical calls",
+        "",
+        f"{'seq':>5}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
+    ]
+    wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 13, subsequent_indent=" " * 13)
+    for s in steps:
+        tool = (s.tool or "")[:16]
+        result = short(s.result_hash) if s.type == "tool_result" else ""
+        if s.unknown_tool:
+            result += f" ?{s.unknown_tool}"
+        args = short(s.args_hash) if s.args_hash else ""
+        measures = _measures_text(s.measures)
+        verdict = _verdict_text(s.verdict)
+        if s.kind:
+            tool = f"{tool[: 15 - len(s.kind)]}[{s.kind}]" if len(tool) + len(s.kind) + 2 > 16 else f"{tool}[{s.kind}]"
+        lines.append(
+            f"{s.seq:>5}  {s.type:<11} {tool:<16} {args:<8} {result:<12} {measures:<40} {s.guard:<10} {verdict}".rstrip()
+        )
+        if s.note:
+            lines.append(" " * 13 + s.note)
+        v = s.verdict
+        if v is not None and v.detector is not None:
+            if v.decision == "allow":
+                next_at = (v.count // BUCKET_SIZE + 1) * BUCKET_SIZE
+                lines.append(
+                    " " * 13 + f"warning not repeated (already delivered for key {shorten_key(v.warning_key or '')};"
+                    f" next at count {next_at})"
+                )
+            else:
+                if v.warning_key:
+                    lines.append(" " * 13 + f"key {shorten_key(v.warning_key)}")
+                if v.message:
+                    lines.extend(wrap.wrap(v.message))
+        if show_published and s.verdict is not None:
+            got = s.published or []
+            if not got:
+                lines.append(" " * 13 + "published: NOTHING (no verdict on the decision topic)")
+            elif len(got) == 1 and got[0] == s.verdict:
+                pass
+            else:
+                lines.append(" " * 13 + "published: DIFFERENT: " + " | ".join(_verdict_text(g) for g in got))
+    blocked = sum(1 for s in steps if s.verdict and s.verdict.decision == "block")
+    warned = sum(1 for s in steps if s.verdict and s.verdict.decision == "warn")
+    aborted = any(s.verdict and s.verdict.decision == "abort" for s in steps)
+    calls = sum(1 for s in steps if s.type == "tool_call")
+    lines.append("")
+    lines.append(
+        f"summary: {calls} calls, {warned} warned, {blocked} blocked" + (", run ABORTED" if aborted else "")
+    )
+    if show_published:
+        with_verdict = [s for s in steps if s.verdict is not None]
+        same = sum(1 for s in with_verdict if s.published and len(s.published) == 1 and s.published[0] == s.verdict)
+        lines.append(
+            f"published on the decision topic: {same} of {len(with_verdict)} verdicts identical to the recomputed ones"
+        )
+    for r in refused:
+        lines.append(f"  refused {r}")
+    return "\n".join(lines) + "\n"
+
+
+def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """The `loopwarden explain` command (argparse namespace from streams.cli)."""
+    from schemas.configfile import load_config_for_cli
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    config = load_config_for_cli(args.config, err)
+    published: dict[int, list[Verdict]] | None = None
+    if args.events:
+        try:
+            items = list(events_from_file(args.events))
+        except OSError as exc:
+            print(f"loopwarden: cannot read events: {exc}", file=err)
+            return 2
+    else:
+        from streams.tools.audit import AuditError
+        from streams.worker.settings import default_bootstrap
+
+        try:
+            items, published = from_topics(
+                default_bootstrap(args.bootstrap), args.run_id, args.events_topic, args.decisions_topic
+            )
+        except AuditError as exc:
+            print(f"loopwarden explain: {exc}", file=err)
+            return 2
+    steps, refused = explain(items, args.run_id, config)
+    if published is not None:
+        for step in steps:
+            step.published = published.get(step.seq, [])
+    if args.json:
+        for step in steps:
+            out.write(json.dumps(step.to_json()) + "\n")
+    else:
+        out.write(format_timeline(steps, args.run_id, refused, show_published=published is not None))
+    return 0 if steps else 1

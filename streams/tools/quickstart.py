@@ -1,0 +1,238 @@
+"""``loopwarden up``: everything a newcomer needs, in one command.
+
+1. If nothing answers at the bootstrap address (and it is a local address),
+   start a local Kafka broker (``streams.tools.broker.LocalBroker``) with its data
+   under ``./data/kafka`` (or ``~/.cache/loopwarden/kafka`` when ``./data``
+   cannot be written).
+2. Create the topics.
+3. Run a worker (``loopwarden worker`` as a subprocess, same options).
+4. With ``--demo TRACE.jsonl``: publish the trace, print each verdict as it
+   arrives, and exit once every verdict ``loopwarden replay`` gives for the
+   trace has arrived. Each demo tags its run ids with ``@<stamp>`` so that a
+   second demo on the same broker starts fresh runs instead of repeating old
+   sequence numbers (which the worker would rightly ignore as duplicates).
+
+On Ctrl-C or SIGTERM the worker is stopped, and so is the broker if this
+command started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from streams.worker.settings import Settings, settings_from_args, worker_argv
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+class _Stop(Exception):
+    """SIGTERM, turned into an exception so that cleanup runs."""
+
+
+def _say(text: str) -> None:
+    print(f"loopwarden up: {text}", file=sys.stderr, flush=True)
+
+
+def _split(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    return host, int(port)
+
+
+def _broker_dir(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit).resolve()
+    local = Path("data") / "kafka"
+    try:
+        local.mkdir(parents=True, exist_ok=True)
+        probe = local / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+        return local.resolve()
+    except OSError:
+        return (Path.home() / ".cache" / "loopwarden" / "kafka").resolve()
+
+
+def _start_broker(settings: Settings, broker_dir: str | None):
+    """A LocalBroker on the bootstrap's port when nothing answers there."""
+    from streams.tools.broker import BrokerError, LocalBroker, is_reachable
+
+    if is_reachable(settings.bootstrap, 3.0):
+        _say(f"using the Kafka broker at {settings.bootstrap}")
+        return None
+    host, port = _split(settings.bootstrap)
+    if host not in LOCAL_HOSTS:
+        raise BrokerError(f"nothing answers at {settings.bootstrap}, and it is not a local address to start one on")
+    data_dir = _broker_dir(broker_dir)
+    _say(f"no broker at {settings.bootstrap}: starting a local one (data in {data_dir})")
+    broker = LocalBroker(port=port, data_dir=data_dir)
+    broker.start()
+    _say(f"Kafka is up at {broker.bootstrap} (pid {broker.pid})")
+    return broker
+
+
+def _tag_trace(lines: list[bytes], stamp: str) -> list[bytes]:
+    """Append ``@stamp`` to every run id (lines that are not JSON objects
+    with a string run_id are kept as they are)."""
+    tagged = []
+    for line in lines:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            tagged.append(line)
+            continue
+        if isinstance(document, dict) and isinstance(document.get("run_id"), str):
+            document["run_id"] = f"{document['run_id']}@{stamp}"
+            tagged.append(json.dumps(document, ensure_ascii=False).encode())
+        else:
+            tagged.append(line)
+    return tagged
+
+
+def _expected(lines: list[bytes], settings: Settings) -> set[tuple[str, int]]:
+    from schemas.configfile import load_config
+    from streams.tools.replay import replay
+
+    out = io.BytesIO()
+    replay(lines, load_config(settings.config_path).config, out, io.StringIO())
+    expected = set()
+    for line in out.getvalue().splitlines():
+        verdict = json.loads(line)
+        expected.add((verdict["run_id"], verdict["seq"]))
+    return expected
+
+
+def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], timeout: float) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streams.tools.produce import produce
+
+    try:
+        raw = [line.rstrip(b"\r\n") for line in Path(trace).read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        _say(f"cannot read the demo trace: {exc}")
+        return 2
+    stamp = time.strftime("%H%M%S")
+    lines = _tag_trace(raw, stamp)
+    expected = _expected(lines, settings)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        allow_auto_create_topics=False,
+    )
+    try:
+        topic = settings.topics.decisions
+        partitions = consumer.partitions_for_topic(topic) or set()
+        assignment = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(assignment)
+        consumer.seek_to_end(*assignment)
+        for tp in assignment:
+            consumer.position(tp)
+        report = produce(lines, settings.bootstrap, settings.topics.events, raw=True)
+        _say(f"published {report.sent} events of {trace} (run ids tagged @{stamp}); waiting for {len(expected)} verdicts")
+        seen: set[tuple[str, int]] = set()
+        decisions: Counter[str] = Counter()
+        deadline = time.monotonic() + timeout
+        while not expected <= seen:
+            if time.monotonic() >= deadline:
+                _say(f"timed out: {len(expected - seen)} of {len(expected)} verdicts did not arrive")
+                return 1
+            if worker.poll() is not None:
+                _say(f"the worker exited ({worker.returncode})")
+                return 1
+            for records in consumer.poll(timeout_ms=200).values():
+                for record in records:
+                    try:
+                        verdict = json.loads(record.value)
+                        ident = (verdict["run_id"], verdict["seq"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if ident in seen or ident not in expected:
+                        continue
+                    seen.add(ident)
+                    decisions[verdict.get("decision", "?")] += 1
+                    sys.stdout.buffer.write(record.value + b"\n")
+                    sys.stdout.flush()
+        summary = ", ".join(f"{n} {d}" for d, n in sorted(decisions.items()))
+        _say(f"all {len(expected)} verdicts arrived: {summary}")
+        return 0
+    finally:
+        consumer.close()
+
+
+def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
+    if worker is None or worker.poll() is not None:
+        return
+    _say("stopping the worker")
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(60)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from streams.tools.broker import BrokerError
+    from schemas.configfile import load_config
+    from streams.worker.topics import TopicError, ensure_topics
+
+    settings = settings_from_args(args)
+    resolved = load_config(settings.config_path)  # a bad config stops here (exit 2), before any process starts
+    for note in resolved.notes:
+        _say(f"config: {note}")
+    if args.demo and not Path(args.demo).is_file():
+        _say(f"no such demo trace: {args.demo}")
+        return 2
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise _Stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    broker = None
+    worker: subprocess.Popen[bytes] | None = None
+    log_file = None
+    try:
+        broker = _start_broker(settings, args.broker_dir)
+        for state in ensure_topics(settings.bootstrap, settings.topics):
+            _say(f"topic {state.name}: {state.partitions} partitions{' (created)' if state.created else ''}")
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "streams.cli", "worker", *worker_argv(settings)]
+        if args.demo:
+            log_path = settings.data_dir.parent / "worker.log"
+            log_file = open(log_path, "ab")
+            _say(f"starting the worker (log: {log_path})")
+            worker = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            return _run_demo(settings, args.demo, worker, args.demo_timeout)
+        _say("starting the worker; Ctrl-C stops everything")
+        worker = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        return worker.wait()
+    except (KeyboardInterrupt, _Stop):
+        return 0
+    except (BrokerError, TopicError) as exc:
+        _say(str(exc))
+        return 1
+    finally:
+        with contextlib.suppress(KeyboardInterrupt, _Stop):
+            _stop_worker(worker)
+        if log_file is not None:
+            log_file.close()
+        if broker is not None:
+            with contextlib.suppress(KeyboardInterrupt, _Stop):
+                _say("stopping the broker this command started")
+                broker.stop()
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,52 @@
+"""Offline replay: events in (JSON lines), verdicts out, no broker needed.
+
+It is the reference for everything downstream: the stream processor must
+publish, per run and in order, exactly what this writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import BinaryIO, TextIO
+
+from schemas.config import FleetConfig
+from schemas.state import RunState
+from schemas.codec import BadEvent, append_verdict, decode_event
+from streams.engine import apply
+
+_BLOCK = 1 << 16
+"""Output is written in blocks of about this many bytes."""
+
+
+def apply_safely(state: RunState | None, event, config: FleetConfig):
+    """`apply`, with a payload the engine cannot hash turned into a refusal."""
+    try:
+        return apply(state, event, config)
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise BadEvent(f"cannot hash payload: {type(exc).__name__}: {exc}") from None
+
+
+def replay(lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO) -> int:
+    """Write one verdict line per verdict; return how many input lines were refused."""
+    states: dict[str, RunState] = {}
+    refused = 0
+    buffer = bytearray()
+    for number, line in enumerate(lines, 1):
+        if not line or line.isspace():  # as `not line.strip()`, without copying the line
+            continue
+        try:
+            event = decode_event(line)
+            outcome = apply_safely(states.get(event.run_id), event, config)
+        except BadEvent as exc:
+            refused += 1
+            err.write(f"line {number}: {exc}\n")
+            continue
+        states[event.run_id] = outcome.state
+        for verdict in outcome.verdicts:
+            append_verdict(buffer, verdict)
+        if len(buffer) >= _BLOCK:
+            out.write(buffer)
+            buffer.clear()
+    out.write(buffer)
+    out.flush()
+    return refused

@@ -1,0 +1,119 @@
+"""Creating the project's topics (events, decisions, dead-letter).
+
+Used by ``loopwarden topics create``, by the worker at start-up and by
+``loopwarden up``. Uses kafka-python's admin client (no Faust). A topic that
+already exists is left as it is; its partition count is reported, because the
+worker sizes its table (and the table's changelog) from the events topic that
+really exists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from streams.worker.settings import Topics
+
+log = logging.getLogger("loopwarden.topics")
+
+TOPIC_ALREADY_EXISTS = 36
+
+#: Per-topic configs. The dead-letter topic keeps refused events longer, so an
+#: operator has time to look at them.
+#: A dead letter is the refused event unchanged plus headers, so it may be
+#: a little larger than the largest event the events topic accepted.
+TOPIC_CONFIGS: dict[str, dict[str, str]] = {
+    "deadletter": {"retention.ms": str(14 * 24 * 3600 * 1000), "max.message.bytes": str(4 * 1024 * 1024)},
+}
+
+
+class TopicError(RuntimeError):
+    """A topic could not be created or described."""
+
+
+@dataclass(frozen=True)
+class TopicState:
+    name: str
+    partitions: int
+    created: bool
+
+
+def admin_client(bootstrap: str, timeout: float = 30.0):
+    from kafka import KafkaAdminClient
+
+    ms = int(timeout * 1000)
+    return KafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        client_id="loopwarden-admin",
+        request_timeout_ms=ms,
+        bootstrap_timeout_ms=ms,
+    )
+
+
+def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
+    """Partition counts of the topics that exist (missing ones are left out)."""
+    wanted = list(names)
+    found: dict[str, int] = {}
+    for topic in admin.describe_topics(wanted):
+        if topic.get("error_code", 0) == 0 and topic.get("partitions"):
+            found[topic["name"]] = len(topic["partitions"])
+    return found
+
+
+def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> list[TopicState]:
+    """Create whichever of the three topics are missing; describe them all."""
+    plan = topics.plan()
+    kinds = dict(zip((name for name, _ in plan), ("events", "decisions", "deadletter"), strict=True))
+    try:
+        admin = admin_client(bootstrap, timeout)
+    except Exception as exc:
+        raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+    try:
+        existing = partitions_of(admin, [name for name, _ in plan])
+        missing = {
+            name: {
+                "num_partitions": partitions,
+                "replication_factor": topics.replication_factor,
+                "configs": TOPIC_CONFIGS.get(kinds[name], {}),
+            }
+            for name, partitions in plan
+            if name not in existing
+        }
+        created: set[str] = set()
+        if missing:
+            result = admin.create_topics(missing, timeout_ms=int(timeout * 1000), raise_errors=False)
+            for entry in result.get("topics", []):
+                code = entry.get("error_code", 0)
+                if code == 0:
+                    created.add(entry["name"])
+                elif code != TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
+                    message = entry.get("error_message") or f"error code {code}"
+                    raise TopicError(f"cannot create topic {entry['name']}: {message}")
+            admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
+            existing.update(partitions_of(admin, missing))
+        states = []
+        for name, partitions in plan:
+            if name not in existing:
+                raise TopicError(f"topic {name} is not visible after creation")
+            states.append(TopicState(name, existing[name], name in created))
+            if name not in created and existing[name] != partitions and kinds[name] == "events":
+                log.info(
+                    "events topic already exists with another partition count",
+                    extra={"fields": {"topic": name, "partitions": existing[name], "requested": partitions}},
+                )
+        return states
+    except TopicError:
+        raise
+    except Exception as exc:
+        raise TopicError(f"cannot create topics on {bootstrap}: {type(exc).__name__}: {exc}") from None
+    finally:
+        admin.close()
+
+
+def describe_partitions(bootstrap: str, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, int]:
+    admin = admin_client(bootstrap, timeout)
+    try:
+        return partitions_of(admin, names)
+    finally:
+        admin.close()

@@ -1,0 +1,159 @@
+"""The C speed-ups (streams/engine/_speedups.c) against their definition, the
+pure-Python stable JSON: the same bytes whenever they answer, and None (so the
+Python path runs) for every input they could print differently."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import codec
+from streams.engine import hashing, stablejson
+from streams.engine.stablejson import UNDEFINED, normalize_payload, python_stable_json
+
+from streams.engine import _speedups as speedups
+
+ROOT = Path(__file__).resolve().parents[2]
+
+keys = st.text(max_size=8) | st.sampled_from(["\ue000", "\U0001f600", "\uffff", "a\u0000", 'q"', "é", "10", "9"])
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.sampled_from([2**53 - 1, -(2**53 - 1), 2**53, -(2**53), 10**16, 0])
+    | st.text(max_size=40)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.builds(lambda f: normalize_payload(f), st.floats(allow_nan=False, allow_infinity=False))
+    | st.just(UNDEFINED)
+)
+json_like = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5)
+    | st.tuples(inner, inner)
+    | st.dictionaries(keys, inner, max_size=6),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(json_like)
+def test_answers_exactly_what_the_definition_gives_or_declines(value: Any) -> None:
+    try:
+        expected = python_stable_json(value)
+    except (UnicodeEncodeError, msgspec.EncodeError, TypeError, ValueError):
+        expected = None  # the definition refuses it: the C path must decline, not invent bytes
+    fast = speedups.stable_json(value)
+    assert fast is None or fast == expected
+    digest = speedups.stable_digest(value)
+    assert digest is None or digest == hashlib.sha256(expected).hexdigest()
+    assert (fast is None) == (digest is None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+    | st.text(alphabet=st.characters(max_codepoint=0xDFFF, exclude_categories=["Cs"]), max_size=40),
+    lambda inner: st.lists(inner, max_size=5)
+    | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=8), inner, max_size=6),
+    max_leaves=30,
+))  # fmt: skip
+def test_answers_every_ordinary_payload(value: Any) -> None:
+    """What a decoded payload usually holds is never sent to the slow path."""
+    assert speedups.stable_json(value) == python_stable_json(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        2**53,  # JavaScript rounds it
+        -(2**60),
+        1.5,  # a Python float, not the Raw the decoder makes
+        {"\ue000": 1, "\U0001f600": 2},  # UTF-16 sorts these the other way round
+        {"\U0001f600": 1},
+        "\ud800",  # a lone surrogate has no UTF-8
+        {1: "a"},  # keys a decoder never makes
+        {"a": {"b": [1, 2, 3.0]}},
+        bytearray(b"x"),
+        msgspec.Raw,
+    ],
+    ids=repr,
+)
+def test_declines_what_it_could_print_differently(value: Any) -> None:
+    assert speedups.stable_json(value) is None
+    assert speedups.stable_digest(value) is None
+
+
+def test_declines_nesting_beyond_its_depth() -> None:
+    value: Any = 1
+    for _ in range(600):
+        value = [value]
+    assert speedups.stable_json(value) is None
+
+
+def test_escapes_and_sorting_at_every_width() -> None:
+    text = 'plain "quoted" back\\slash \x00\x01\x1f\x7f\n\r\t\b\f é ż ✅ \U0001f600'
+    value = {"é": text, "b": [text.encode("latin-1", "ignore").decode("latin-1")], "a": text * 40, "\x00": None}
+    assert speedups.stable_json(value) == python_stable_json(value)
+    assert speedups.stable_digest(value) == hashlib.sha256(python_stable_json(value)).hexdigest()
+
+
+def test_engine_functions_use_the_speedups_and_fall_back() -> None:
+    assert stablejson.stable_json is not stablejson.python_stable_json
+    assert hashing.digest is not hashing.python_digest
+    assert hashing.digest({"a": 2**60}) == hashing.python_digest({"a": 2**60})  # declined, then the Python path
+    assert stablejson.stable_json({"\U0001f600": 1, "\uffff": 2}) == '{"\U0001f600":1,"\uffff":2}'.encode()
+
+
+def test_sha256_comes_from_openssl_here() -> None:
+    """On this kind of machine the extension links libcrypto; the hashlib build is
+    the fallback for machines without OpenSSL's headers."""
+    assert speedups.sha256 == "openssl"
+
+
+def test_pure_python_path_passes_the_engine_suites() -> None:
+    """The same tests with the C hashing and the compiled engine switched off: a
+    machine without a C compiler gets the same hashes and verdicts."""
+    env = dict(os.environ, LOOPWARDEN_NO_EXTENSIONS="1")
+    suites = [
+        "test_stablejson.py", "test_hashing.py", "test_properties.py", "test_replay_cli.py",
+        "test_engine.py", "test_detectors.py", "test_guard.py", "test_warnings.py",
+    ]  # fmt: skip
+    assert subprocess.run(
+        [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env
+    ).returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
+        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6), st.integers(-(2**53 - 1), 2**53 - 1), min_size=17, max_size=60))
+def test_sorts_objects_with_many_keys(value: dict[str, int]) -> None:
+    assert speedups.stable_json(value) == python_stable_json(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300) | st.lists(st.sampled_from([b"[", b"{", b"]", b"}", b'"', b"a"]), max_size=5000).map(b"".join))
+def test_openings_counts_what_the_two_counts_count(data: bytes) -> None:
+    assert speedups.openings(data) == data.count(b"[") + data.count(b"{")
+
+
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 4079, 4080, 4081, 3 * 4096 + 5])
+def test_openings_at_every_block_boundary(size: int) -> None:
+    """Counted per byte lane in blocks of 255 x 16 bytes: a block of nothing but
+    openings fills every lane exactly."""
+    assert speedups.openings(b"{" * size) == size
+    assert speedups.openings(bytearray(b"[x" * size)) == size
+    assert codec._openings is speedups.openings
