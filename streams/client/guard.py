@@ -55,16 +55,6 @@ from streams.engine.hashing import args_hash as engine_args_hash
 from streams.engine.hashing import classify, result_outcome
 from streams.engine.stablejson import normalize_payload
 
-__all__ = [
-    "DECISIONS_TOPIC",
-    "EVENTS_TOPIC",
-    "Call",
-    "ClientVerdict",
-    "GuardClient",
-    "Policy",
-    "minimal_args",
-]
-
 EVENTS_TOPIC = "loopwarden.events"
 DECISIONS_TOPIC = "loopwarden.decisions"
 

@@ -124,15 +124,16 @@ def test_pure_python_path_passes_the_engine_suites() -> None:
     machine without a C compiler gets the same hashes and verdicts."""
     env = dict(os.environ, LOOPWARDEN_NO_EXTENSIONS="1")
     suites = [
-        "test_stablejson.py", "test_hashing.py", "test_properties.py", "test_replay_cli.py",
-        "test_engine.py", "test_detectors.py", "test_guard.py", "test_warnings.py",
+        "engine/test_stablejson.py", "engine/test_hashing.py", "engine/test_properties.py",
+        "tools/test_replay_cli.py", "engine/test_engine.py", "engine/test_detectors.py",
+        "engine/test_guard.py", "engine/test_warnings.py",
     ]  # fmt: skip
     assert subprocess.run(
         [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env
     ).returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
-        cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600,
+        cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
