@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable
 from typing import Any, NoReturn
 
@@ -44,6 +44,8 @@ from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
 from streams.observability import logs
+from streams.observability.metrics import FaustOwnership, WorkerMetrics
+from streams.observability.metrics import install as install_metrics
 from streams.tools.replay import apply_safely
 from streams.worker import intake
 from streams.worker.faust_fixes import harden_faust
@@ -140,7 +142,11 @@ class Processor:
         self.decisions = settings.topics.decisions
         self.deadletter = settings.topics.deadletter
         self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
-        self.counts: Counter[str] = Counter()
+        # Per-event timings and consumer positions only when the web server
+        # that serves them is on: no per-event cost otherwise.
+        self.metrics = WorkerMetrics(
+            FaustOwnership(app, settings.topics.events), scraped=settings.web_port is not None
+        )
         self._reported: dict[str, int] = {}
         # (partition, run key) -> [StoredRun, chunk that touched it last]
         self.live: dict[tuple[int, bytes], list[Any]] = {}
@@ -153,13 +159,6 @@ class Processor:
         self._queued = asyncio.Event()  # a batch was closed
         self._drained = asyncio.Event()
         self._transactional: dict[int, str] = {}
-        # Prometheus metrics (streams/observability/metrics.py) only when the web server
-        # that serves them is on: no per-event cost otherwise.
-        self.metrics: Any = None
-        if settings.web_port is not None:
-            from streams.observability.metrics import METRICS
-
-            self.metrics = METRICS
 
     # -- intake ------------------------------------------------------------
 
@@ -209,9 +208,9 @@ class Processor:
         chunk = self.open
         raw = message.value
         metrics = self.metrics
-        if metrics is not None:
+        if metrics.scraped:
             started = time.perf_counter()
-            metrics.offset_seen(message.topic, message.partition, message.offset, self.app.consumer.highwater(message.tp))
+            metrics.offset_seen(message.tp, message.offset)
         tid = self._transactional_id(message.partition) if self.exactly_once else None
         chunk.messages.append(message)
         if len(chunk.messages) == 1:
@@ -247,12 +246,10 @@ class Processor:
         touched = chunk.touched.get(slot)
         if touched is None:
             touched = chunk.touched[slot] = [message, entry, False]
-        self.counts["events"] += 1
-        if metrics is not None:
-            metrics.outcome(type(decoded).__struct_config__.tag, outcome)
+        metrics.outcome(type(decoded).__struct_config__.tag, outcome)
+        if metrics.scraped:
             metrics.processed(time.perf_counter() - started)
         if outcome.duplicate:
-            self.counts["duplicates"] += 1
             return
         entry[0].state = outcome.state
         touched[0] = message
@@ -264,11 +261,9 @@ class Processor:
             chunk.sent.append(
                 await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
             )
-            self.counts["verdicts"] += 1
             if verdict.decision != "allow":
                 self._log_verdict(verdict)
         if outcome.armed:
-            self.counts["guards_armed"] += 1
             logs.event(
                 log,
                 logging.INFO,
@@ -288,7 +283,7 @@ class Processor:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             # Not written by this version: start the run afresh rather than
             # stop every run of the partition behind it.
-            self.counts["states_unreadable"] += 1
+            self.metrics.states_unreadable.inc()
             logs.event(
                 log, logging.ERROR, "stored run state unreadable; starting the run afresh",
                 event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
@@ -318,7 +313,7 @@ class Processor:
             problem = f"{len(data)} bytes (limit {MAX_STATE_BYTES})"
         except (OverflowError, TypeError, ValueError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
-        self.counts["states_reset"] += 1
+        self.metrics.states_reset.inc()
         logs.event(
             log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
             event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
@@ -328,7 +323,7 @@ class Processor:
 
     def _shrunk(self, verdict: Verdict, size: int) -> bytes:
         """A verdict too large for one message, with its long strings cut."""
-        self.counts["verdicts_shrunk"] += 1
+        self.metrics.verdicts_shrunk.inc()
         logs.event(
             log, logging.ERROR, "verdict too large; long fields shortened",
             event="verdict_shrunk", run_id=verdict.run_id[:200], seq=verdict.seq, size=size,
@@ -373,10 +368,8 @@ class Processor:
                 for message in chunk.messages:
                     ack(message)
                 self.closed.popleft()
-                if self.metrics is not None:
-                    self.metrics.batch(time.perf_counter() - chunk.started)
+                self.metrics.batch(time.perf_counter() - chunk.started if self.metrics.scraped else None)
                 self.in_flight -= len(chunk.messages)
-                self.counts["chunks"] += 1
                 self._drained.set()
         except asyncio.CancelledError:
             raise
@@ -408,10 +401,7 @@ class Processor:
 
     async def _dead_letter(self, message: Any, reason: str, tid: str | None) -> Awaitable[Any]:
         kind = refusal_kind(reason)
-        if self.metrics is not None:
-            self.metrics.deadletter(kind)
-        self.counts["deadlettered"] += 1
-        self.counts[f"deadlettered.{kind}"] += 1
+        self.metrics.deadletter(kind)
         logs.event(
             log,
             logging.WARNING,
@@ -435,7 +425,7 @@ class Processor:
                 self.deadletter, message.key, message.value, None, None, headers, transactional_id=tid
             )
         except Exception as exc:  # e.g. larger than the producer may send
-            self.counts["deadletter_failed"] += 1
+            self.metrics.deadletter_failed.inc()
             logs.event(
                 log, logging.ERROR, "cannot dead-letter an event; it stays only in its source topic",
                 event="deadletter_failed", topic=message.topic, partition=message.partition,
@@ -445,7 +435,6 @@ class Processor:
 
     def _log_verdict(self, verdict: Verdict) -> None:
         decision = verdict.decision
-        self.counts[decision] += 1
         logs.event(
             log,
             logging.ERROR if decision == "abort" else logging.WARNING,
@@ -467,8 +456,9 @@ class Processor:
         if self.app.rebalancing:
             return 0
         cutoff = time.time() - self.settings.ttl
-        expired = held = 0
+        expired = 0
         for partition in self.runs.active_partitions():
+            held = 0
             for seen, (key, value) in enumerate(self.runs.scan(partition), 1):
                 held += 1
                 if seen % 1024 == 0:
@@ -483,17 +473,17 @@ class Processor:
                     continue  # recent, or in flight right now
                 if await self.runs.expire(partition, key, cutoff):
                     expired += 1
+                    held -= 1
+            self.metrics.runs_held(partition, held)
             await asyncio.sleep(0)
-        if self.metrics is not None:
-            self.metrics.active_runs.set(held - expired)
         if expired:
-            self.counts["expired"] += expired
+            self.metrics.expired.inc(expired)
             logs.event(log, logging.INFO, "idle runs expired", event="expired", runs=expired, ttl=self.settings.ttl)
         return expired
 
     async def report(self, final: bool = False) -> None:
         """A summary line when something happened since the last one."""
-        counts = dict(self.counts)
+        counts = self.metrics.summary()
         if counts == self._reported and not final:
             return
         delta = {k: v - self._reported.get(k, 0) for k, v in counts.items()}
@@ -600,11 +590,9 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         },
     )
     harden_faust(app)
-    if settings.web_port is not None:
-        from streams.observability.metrics import install as install_metrics
-
-        install_metrics(app)  # GET /metrics on the web server
     processor = Processor(app, settings, config, table)
+    if settings.web_port is not None:
+        install_metrics(app, processor.metrics)  # GET /metrics on the web server
     app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
     intake.install(app, settings.topics.events, processor)
 

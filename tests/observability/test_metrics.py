@@ -1,175 +1,162 @@
-"""The Prometheus registry and its text rendering (no extra dependency)."""
+"""The worker's metrics: names and labels an operator scrapes, their values
+after events, the summary line read from the same counters, and the lag and
+active-runs figures limited to the partitions owned when scraped."""
 
 from __future__ import annotations
 
-import math
-import re
-import threading
-import urllib.request
-
-import pytest
+import faust
+from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.verdicts import Verdict
 from streams.engine import Outcome
-from streams.observability.metrics import CONTENT_TYPE, Counter, Histogram, Registry, WorkerMetrics, install, serve
+from streams.observability.metrics import CONTENT_TYPE, Ownership, TopicPartition, WorkerMetrics, install
 
-SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"(,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*\})? \S+$')
-
-
-def parse(text: str) -> dict[str, float]:
-    """Sample line -> value, checking every line is valid exposition format."""
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("# HELP ") or line.startswith("# TYPE "):
-            continue
-        assert SAMPLE.match(line), line
-        name, _, value = line.rpartition(" ")
-        values[name] = float(value)
-    return values
+EVENTS = "loopwarden.events"
 
 
-def test_counter_gauge_render():
-    reg = Registry()
-    events = reg.counter("x_events_total", "Events by type.", ["type"])
-    runs = reg.gauge("x_active_runs", "Active runs.")
-    events.inc(type="tool_call")
-    events.inc(2, type="tool_result")
-    runs.set(7)
-    runs.dec()
-    text = reg.render()
-    assert "# HELP x_events_total Events by type.\n# TYPE x_events_total counter\n" in text
-    assert "# TYPE x_active_runs gauge\n" in text
-    values = parse(text)
-    assert values['x_events_total{type="tool_call"}'] == 1
-    assert values['x_events_total{type="tool_result"}'] == 2
-    assert values["x_active_runs"] == 6
-    assert text.endswith("\n")
+class Owned(Ownership):
+    """Partitions owned and their high watermarks, changed by the test."""
+
+    def __init__(self, highwater: dict[TopicPartition, int]) -> None:
+        self.highwaters = highwater
+
+    def owned(self) -> list[TopicPartition]:
+        return list(self.highwaters)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.highwaters.get(tp)
 
 
-def test_counter_rules():
-    with pytest.raises(ValueError):
-        Counter("bad_name", "must end in _total")
-    c = Counter("ok_total", "x", ["a"])
-    with pytest.raises(ValueError):
-        c.inc(-1, a="1")
-    with pytest.raises(ValueError):
-        c.inc(b="1")  # wrong label
-    with pytest.raises(ValueError):
-        Counter("ok_total", "x", ["le"])
-    reg = Registry()
-    reg.counter("dup_total", "x")
-    with pytest.raises(ValueError):
-        reg.counter("dup_total", "x")
+def scrape(metrics: WorkerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, parsed by prometheus_client's own parser."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for sample in family.samples
+    }
 
 
-def test_label_and_help_escaping():
-    reg = Registry()
-    c = reg.counter("esc_total", 'Help with \\ and\nnewline.', ["v"])
-    c.inc(v='a"b\\c\nd')
-    text = reg.render()
-    assert "# HELP esc_total Help with \\\\ and\\nnewline." in text
-    assert 'esc_total{v="a\\"b\\\\c\\nd"} 1' in text
-    parse(text)
+def lag_series(metrics: WorkerMetrics) -> dict[tuple[str, str], float]:
+    return {
+        (dict(labels)["topic"], dict(labels)["partition"]): value
+        for (name, labels), value in scrape(metrics).items()
+        if name == "loopwarden_consumer_lag"
+    }
 
 
-def test_histogram_buckets_are_cumulative():
-    h = Histogram("lat_seconds", "Latency.", buckets=(0.1, 0.5, 1.0))
-    for value in (0.05, 0.1, 0.3, 0.7, 2.0):
-        h.observe(value)
-    values = parse(h.render())
-    assert values['lat_seconds_bucket{le="0.1"}'] == 2  # le is inclusive
-    assert values['lat_seconds_bucket{le="0.5"}'] == 3
-    assert values['lat_seconds_bucket{le="1"}'] == 4
-    assert values['lat_seconds_bucket{le="+Inf"}'] == 5
-    assert values["lat_seconds_count"] == 5
-    assert math.isclose(values["lat_seconds_sum"], 3.15)
-    assert "# TYPE lat_seconds histogram" in h.render()
+def verdict(decision: str, detector: str | None = None) -> Verdict:
+    return Verdict(run_id="r", seq=3, tool_call_id="c", tool_name="exec", decision=decision, detector=detector)
 
 
-def test_labelled_histogram():
-    h = Histogram("h_seconds", "x", ["kind"], buckets=(1,))
-    h.observe(0.5, kind="a")
-    values = parse(h.render())
-    assert values['h_seconds_bucket{kind="a",le="1"}'] == 1
-    assert values['h_seconds_count{kind="a"}'] == 1
+def feed(metrics: WorkerMetrics) -> None:
+    metrics.outcome("tool_call", Outcome(None, [verdict("block", "generic_repeat")]))
+    metrics.outcome("tool_call", Outcome(None, [verdict("allow")]))
+    metrics.outcome("compaction", Outcome(None, [], armed=3))
+    metrics.outcome("tool_call", Outcome(None, [], duplicate=True))
+    metrics.deadletter("not_json")
+    metrics.deadletter("too_large")
+    metrics.deadletter("too_large")
+    metrics.deadletter_failed.inc()
+    metrics.expired.inc(4)
+    metrics.processed(0.0003)
+    metrics.batch(0.02)
 
 
-def test_gauge_function_and_failure():
-    reg = Registry()
-    g = reg.gauge("fn_gauge", "x")
-    g.set_function(lambda: 42)
-    assert "fn_gauge 42\n" in reg.render()
-    g.set_function(lambda: 1 / 0)
-    assert "fn_gauge NaN\n" in reg.render()  # a broken callback never breaks the scrape
+def test_names_labels_and_values_after_events():
+    metrics = WorkerMetrics()
+    feed(metrics)
+    values = scrape(metrics)
+    assert values[("loopwarden_events_total", (("type", "tool_call"),))] == 3
+    assert values[("loopwarden_events_total", (("type", "compaction"),))] == 1
+    assert values[("loopwarden_verdicts_total", (("decision", "block"), ("detector", "generic_repeat")))] == 1
+    assert values[("loopwarden_verdicts_total", (("decision", "allow"), ("detector", "none")))] == 1
+    assert values[("loopwarden_duplicates_total", ())] == 1
+    assert values[("loopwarden_guard_armed_total", ())] == 1
+    assert values[("loopwarden_deadletter_total", (("kind", "not_json"),))] == 1
+    assert values[("loopwarden_deadletter_total", (("kind", "too_large"),))] == 2
+    assert values[("loopwarden_deadletter_failed_total", ())] == 1
+    assert values[("loopwarden_expired_total", ())] == 4
+    assert values[("loopwarden_event_processing_seconds_count", ())] == 1
+    assert values[("loopwarden_event_processing_seconds_bucket", (("le", "0.0005"),))] == 1
+    assert values[("loopwarden_event_processing_seconds_bucket", (("le", "0.00025"),))] == 0
+    assert values[("loopwarden_batch_seconds_count", ())] == 1
+    assert values[("loopwarden_batches_total", ())] == 1
+    assert values[("loopwarden_active_runs", ())] == 0
+    assert not any(name.endswith("_created") for name, _labels in values)
 
 
-def test_worker_metrics_from_outcomes():
-    reg = Registry()
-    m = WorkerMetrics(reg)
-    block = Verdict(run_id="r", seq=3, tool_call_id="c", tool_name="exec", decision="block", level="critical",
-                    detector="generic_repeat", count=20)  # fmt: skip
-    allow = Verdict(run_id="r", seq=4, tool_call_id="c", tool_name="exec", decision="allow")
-    m.outcome("tool_call", Outcome(None, [block]))
-    m.outcome("tool_call", Outcome(None, [allow]))
-    m.outcome("compaction", Outcome(None, [], armed=3))
-    m.outcome("tool_call", Outcome(None, [], duplicate=True))
-    m.deadletter("not_json")
-    m.processed(0.0003)
-    m.offset_seen("loopwarden.events", 2, offset=90, highwater=100)
-    m.active_runs.set(5)
-    values = parse(reg.render())
-    assert values['loopwarden_events_total{type="tool_call"}'] == 3
-    assert values['loopwarden_events_total{type="compaction"}'] == 1
-    assert values['loopwarden_verdicts_total{decision="block",detector="generic_repeat"}'] == 1
-    assert values['loopwarden_verdicts_total{decision="allow",detector="none"}'] == 1
-    assert values["loopwarden_duplicates_total"] == 1
-    assert values["loopwarden_guard_armed_total"] == 1
-    assert values['loopwarden_deadletter_total{kind="not_json"}'] == 1
-    assert values["loopwarden_event_processing_seconds_count"] == 1
-    assert values['loopwarden_consumer_lag{topic="loopwarden.events",partition="2"}'] == 9
-    assert values["loopwarden_active_runs"] == 5
+def test_the_text_keeps_the_names_operators_scrape():
+    text = WorkerMetrics().render().decode()
+    for line in (
+        "# TYPE loopwarden_events_total counter",
+        "# TYPE loopwarden_verdicts_total counter",
+        "# TYPE loopwarden_deadletter_total counter",
+        "# TYPE loopwarden_duplicates_total counter",
+        "# TYPE loopwarden_guard_armed_total counter",
+        "# TYPE loopwarden_active_runs gauge",
+        "# TYPE loopwarden_consumer_lag gauge",
+        "# TYPE loopwarden_event_processing_seconds histogram",
+        "# TYPE loopwarden_batch_seconds histogram",
+    ):
+        assert line in text.splitlines(), line
 
 
-def test_thread_safety():
-    reg = Registry()
-    c = reg.counter("t_total", "x", ["k"])
-    h = reg.histogram("t_seconds", "x")
-
-    def work():
-        for i in range(10_000):
-            c.inc(k=str(i % 3))
-            h.observe(0.001)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sum(c.value(k=str(k)) for k in range(3)) == 40_000
-    assert h.count() == 40_000
-
-
-def test_standalone_server():
-    reg = Registry()
-    reg.counter("srv_total", "x").inc()
-    server = serve(0, registry=reg)
-    try:
-        port = server.server_address[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            assert response.headers["Content-Type"] == CONTENT_TYPE
-            assert "srv_total 1" in response.read().decode()
-        with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_summary_reads_the_same_counters():
+    metrics = WorkerMetrics()
+    assert metrics.summary() == {}
+    feed(metrics)
+    metrics.batch()  # a batch not timed still counts
+    assert metrics.summary() == {
+        "events": 4,
+        "verdicts": 2,
+        "block": 1,
+        "duplicates": 1,
+        "guards_armed": 1,
+        "deadlettered": 3,
+        "deadlettered.not_json": 1,
+        "deadlettered.too_large": 2,
+        "deadletter_failed": 1,
+        "expired": 4,
+        "chunks": 2,
+    }
+    assert scrape(metrics)[("loopwarden_batches_total", ())] == 2
 
 
-def test_install_adds_a_faust_page():
-    """`install` registers a page on the app's web server (checked without
-    starting a worker: the view is in the app's routes)."""
-    import faust
+def test_lag_is_computed_when_scraped_and_dropped_on_revoke():
+    p0, p1 = TopicPartition(EVENTS, 0), TopicPartition(EVENTS, 1)
+    owned = Owned({p0: 100, p1: 50})
+    metrics = WorkerMetrics(owned)
+    metrics.offset_seen(p0, 89)
+    metrics.offset_seen(p1, 49)
+    assert lag_series(metrics) == {(EVENTS, "0"): 10, (EVENTS, "1"): 0}
+    owned.highwaters[p0] = 130  # produced meanwhile, nothing consumed: the scrape sees it
+    assert lag_series(metrics)[(EVENTS, "0")] == 40
+    del owned.highwaters[p1]  # revoked
+    assert lag_series(metrics) == {(EVENTS, "0"): 40}
+    owned.highwaters[p1] = 60  # assigned back: no stale position from before
+    assert lag_series(metrics) == {(EVENTS, "0"): 40}
+    metrics.offset_seen(p1, 55)
+    assert lag_series(metrics) == {(EVENTS, "0"): 40, (EVENTS, "1"): 4}
 
+
+def test_active_runs_count_only_owned_partitions():
+    owned = Owned({TopicPartition(EVENTS, 0): 0, TopicPartition(EVENTS, 1): 0})
+    metrics = WorkerMetrics(owned)
+    metrics.runs_held(0, 5)
+    metrics.runs_held(1, 7)
+    assert scrape(metrics)[("loopwarden_active_runs", ())] == 12
+    del owned.highwaters[TopicPartition(EVENTS, 1)]
+    assert scrape(metrics)[("loopwarden_active_runs", ())] == 5
+
+
+def test_two_workers_in_one_process_count_apart():
+    first, second = WorkerMetrics(), WorkerMetrics()
+    first.deadletter("invalid")
+    assert second.summary() == {}
+
+
+def test_install_adds_the_page_to_a_faust_app():
     app = faust.App("metrics-install-test", broker="kafka://127.0.0.1:1", web_enabled=True, autodiscover=False)
-    view = install(app, Registry())
+    view = install(app, WorkerMetrics())
     assert view.view_path == "/metrics"
+    assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")
