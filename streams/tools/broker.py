@@ -3,7 +3,7 @@
 Why: Faust and its Kafka clients behave differently against a real broker
 than against mocks (rebalances, commits, topic creation, restarts), so the
 project runs the genuine Kafka JVM. It comes from Maven Central only: the
-jars listed in ``infra/kafka/pom.xml`` are copied into a cache once by
+jars listed in ``kafka/pom.xml`` beside this module are copied into a cache once by
 ``install()``; nothing else is downloaded at run time.
 
 One JVM plays both KRaft roles (broker and controller) and listens on
@@ -52,10 +52,10 @@ __all__ = [
     "stop_pid",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-INFRA_DIR = REPO_ROOT / "infra" / "kafka"
-POM = INFRA_DIR / "pom.xml"
-TEMPLATE = INFRA_DIR / "server.properties.template"
+# Package data (pyproject.toml), so an installed wheel runs a broker outside the checkout.
+KAFKA_DIR = Path(__file__).resolve().with_name("kafka")
+POM = KAFKA_DIR / "pom.xml"
+TEMPLATE = KAFKA_DIR / "server.properties.template"
 
 HOME_ENV = "LOOPWARDEN_KAFKA_HOME"
 MAIN_CLASS = "kafka.Kafka"
@@ -86,7 +86,7 @@ class BrokerError(RuntimeError):
 
 
 def kafka_version() -> str:
-    """The Kafka version pinned in infra/kafka/pom.xml (single source)."""
+    """The Kafka version pinned in streams/tools/kafka/pom.xml (single source)."""
     match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
     if not match:
         raise BrokerError(f"no <kafka.version> property in {POM}")

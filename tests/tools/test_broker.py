@@ -174,7 +174,7 @@ def test_kafka_python_reads_what_aiokafka_wrote(broker: LocalBroker) -> None:
 
 def test_topics_are_not_auto_created(broker: LocalBroker) -> None:
     # Producing to an unknown topic must fail, not create it with a default
-    # partition count (see infra/kafka/server.properties.template).
+    # partition count (see streams/tools/kafka/server.properties.template).
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=1500)
     try:
         with pytest.raises(KafkaTimeoutError):
