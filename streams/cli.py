@@ -133,10 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
 
+    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
     from streams.worker.settings import (
-        DEADLETTER_TOPIC,
-        DECISIONS_TOPIC,
-        EVENTS_TOPIC,
         add_connection_options,
         add_topic_options,
         add_worker_options,

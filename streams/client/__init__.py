@@ -1,6 +1,7 @@
 """The Python gateway client: publishes a run's events and waits for verdicts."""
 
-from streams.client.guard import DECISIONS_TOPIC, EVENTS_TOPIC, Call, ClientVerdict, GuardClient, Policy, minimal_args
+from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
+from streams.client.guard import Call, ClientVerdict, GuardClient, Policy, minimal_args
 
 __all__ = [
     "DECISIONS_TOPIC",

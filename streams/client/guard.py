@@ -50,13 +50,11 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET
 
+from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from streams.engine.hashing import args_hash as engine_args_hash
 from streams.engine.hashing import classify, result_outcome
 from streams.engine.stablejson import normalize_payload
-
-EVENTS_TOPIC = "loopwarden.events"
-DECISIONS_TOPIC = "loopwarden.decisions"
 
 Policy = Literal["fail_open", "fail_closed"]
 POLICIES: tuple[str, ...] = ("fail_open", "fail_closed")

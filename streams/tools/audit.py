@@ -52,12 +52,11 @@ import msgspec
 from schemas.config import FleetConfig
 from schemas.events import ToolCall, ToolResult
 from schemas.state import RunState
+from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
 from streams.tools.replay import apply_safely
 
-EVENTS_TOPIC = "loopwarden.events"
-DECISIONS_TOPIC = "loopwarden.decisions"
 
 SKEW_MARGIN_MS = 60_000
 """Decisions are read from this long before the start point: a verdict's

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterable
 from typing import BinaryIO
 
+from schemas import topics
+
 
 def _header_map(headers: Iterable[tuple[str, bytes]] | None) -> dict[str, str]:
     found: dict[str, str] = {}
@@ -21,12 +23,12 @@ def dead_letter_line(record) -> bytes:
     """One dead-lettered event as a JSON line: reason, source, original bytes."""
     headers = _header_map(record.headers)
     document: dict[str, object] = {
-        "reason": headers.get("loopwarden.reason"),
-        "kind": headers.get("loopwarden.kind"),
+        "reason": headers.get(topics.HEADER_REASON),
+        "kind": headers.get(topics.HEADER_KIND),
         "source": {
-            "topic": headers.get("loopwarden.source.topic"),
-            "partition": _int_or_none(headers.get("loopwarden.source.partition")),
-            "offset": _int_or_none(headers.get("loopwarden.source.offset")),
+            "topic": headers.get(topics.HEADER_SOURCE_TOPIC),
+            "partition": _int_or_none(headers.get(topics.HEADER_SOURCE_PARTITION)),
+            "offset": _int_or_none(headers.get(topics.HEADER_SOURCE_OFFSET)),
         },
         "key": record.key.decode("utf-8", "replace") if record.key is not None else None,
     }

@@ -40,6 +40,7 @@ from faust.types.tuples import Message
 from faust.worker import Worker as FaustWorker
 
 from schemas.codec import BadEvent, decode_event, encode_verdict
+from schemas import topics
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
@@ -73,14 +74,6 @@ TAKES_PER_YIELD = 500
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
-
-# Dead-letter headers: the value stays the original bytes, untouched.
-H_REASON = "loopwarden.reason"
-H_KIND = "loopwarden.kind"
-H_TOPIC = "loopwarden.source.topic"
-H_PARTITION = "loopwarden.source.partition"
-H_OFFSET = "loopwarden.source.offset"
-H_KEY = "loopwarden.source.key"
 
 
 def refusal_kind(reason: str) -> str:
@@ -414,11 +407,11 @@ class Processor:
             offset=message.offset,
         )
         headers = [
-            (H_REASON, reason.encode("utf-8", "replace")),
-            (H_KIND, kind.encode()),
-            (H_TOPIC, str(message.topic).encode()),
-            (H_PARTITION, str(message.partition).encode()),
-            (H_OFFSET, str(message.offset).encode()),
+            (topics.HEADER_REASON, reason.encode("utf-8", "replace")),
+            (topics.HEADER_KIND, kind.encode()),
+            (topics.HEADER_SOURCE_TOPIC, str(message.topic).encode()),
+            (topics.HEADER_SOURCE_PARTITION, str(message.partition).encode()),
+            (topics.HEADER_SOURCE_OFFSET, str(message.offset).encode()),
         ]
         try:
             return await self.app.producer.send(

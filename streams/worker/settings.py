@@ -13,14 +13,13 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
 APP_ID_ENV = "LOOPWARDEN_APP_ID"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
-EVENTS_TOPIC = "loopwarden.events"
-DECISIONS_TOPIC = "loopwarden.decisions"
-DEADLETTER_TOPIC = "loopwarden.deadletter"
 DEFAULT_PARTITIONS = 12
 
 AT_LEAST_ONCE = "at_least_once"
