@@ -50,6 +50,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET
 
+from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from streams.engine.hashing import args_hash as engine_args_hash
@@ -85,6 +86,24 @@ class ClientVerdict(Verdict, kw_only=True):
 
 _verdict_decoder = msgspec.json.Decoder(ClientVerdict)
 _encode = msgspec.json.encode
+
+
+# The wire events, written without the fields left at their defaults (the
+# worker reads those as absent): an event carries only what the gateway gave.
+class _ToolCall(ToolCall, omit_defaults=True):
+    pass
+
+
+class _ToolResult(ToolResult, omit_defaults=True):
+    pass
+
+
+class _Compaction(Compaction, omit_defaults=True):
+    pass
+
+
+class _RunEnd(RunEnd, omit_defaults=True):
+    pass
 
 
 def minimal_args(tool: str, args: Any) -> Any:
@@ -294,26 +313,26 @@ class GuardClient:
                 run = self._runs[run_id] = _Run(self._ended.pop(run_id, 0))
             return run
 
-    def _publish(self, run: _Run, run_id: str, body: dict[str, Any], waiter: _Waiter | None) -> int:
-        """Assign the run's next seq and send, under the run's lock so that
-        seq order is send order. Returns the seq."""
+    def _publish(self, run: _Run, event: Event, waiter: _Waiter | None) -> int:
+        """Stamp the event, assign the run's next seq and send, under the
+        run's lock so that seq order is send order. Returns the seq."""
+        event.ts = time.time()
         with run.lock:
-            seq = run.next_seq
+            seq = event.seq = run.next_seq
             run.next_seq += 1
-            body["seq"] = seq
             if waiter is not None:
                 with self._lock:
-                    self._waiters[(run_id, seq)] = waiter
-            self._send(run_id, seq, body, waiter)
+                    self._waiters[(event.run_id, seq)] = waiter
+            self._send(event.run_id, seq, event, waiter)
         return seq
 
-    def _send(self, run_id: str, seq: int, body: dict[str, Any], waiter: _Waiter | None) -> None:
+    def _send(self, run_id: str, seq: int, event: Event, waiter: _Waiter | None) -> None:
         producer = self._producer
         if producer is None:
             self._publish_failed(run_id, seq, waiter, "client not started")
             return
         try:
-            future = producer.send(self.events_topic, key=run_id.encode(), value=_encode(body))
+            future = producer.send(self.events_topic, key=run_id.encode(), value=_encode(event))
         except Exception as exc:  # KafkaTimeoutError when metadata is unavailable, etc.
             self._publish_failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}")
             return
@@ -351,30 +370,22 @@ class GuardClient:
         call_id = tool_call_id or f"lw-{self._prefix}-{next(self._call_ids)}"
         norm_args = normalize_payload(args) if args is not UNSET else UNSET
         kind = classify(tool_name, norm_args)
-        body: dict[str, Any] = {"type": "tool_call", "run_id": run_id, "seq": -1, "tool_call_id": call_id,
-                                "tool_name": tool_name}  # fmt: skip
+        event = _ToolCall(
+            run_id=run_id, seq=0, tool_call_id=call_id, tool_name=tool_name, agent_id=agent_id, session_key=session_key
+        )
         if self.local_hashing:
             args_hash = args_hash or engine_args_hash(tool_name, norm_args)
-            body["args_hash"] = args_hash
-            small = minimal_args(tool_name, norm_args)
-            if small is not UNSET:
-                body["args"] = small
+            event.args_hash = args_hash
+            event.args = minimal_args(tool_name, norm_args)
         else:
-            if args is not UNSET:
-                body["args"] = args
-            if args_hash:
-                body["args_hash"] = args_hash
+            event.args = args
+            event.args_hash = args_hash or None
         run = self._run(run_id)
-        if agent_id is not None:
-            body["agent_id"] = agent_id
-            if run.agent_id is None:
-                run.agent_id = agent_id
-        if session_key is not None:
-            body["session_key"] = session_key
-        body["ts"] = time.time()
+        if agent_id is not None and run.agent_id is None:
+            run.agent_id = agent_id
         waiter = _Waiter()
         call = Call(run_id, -1, call_id, tool_name, args, args_hash, kind, time.monotonic(), waiter)
-        call.seq = self._publish(run, run_id, body, waiter)
+        call.seq = self._publish(run, event, waiter)
         return call
 
     def check(self, call: Call, timeout: float | None = None) -> ClientVerdict:
@@ -425,37 +436,25 @@ class GuardClient:
         (only those can be aborted). Without `wait` an abort is still
         recorded (`aborted(run_id)`) and the run's next call is answered
         `abort` anyway."""
-        body: dict[str, Any] = {"type": "tool_result", "run_id": call.run_id, "seq": -1,
-                                "tool_call_id": call.tool_call_id, "tool_name": call.tool_name}  # fmt: skip
+        event = _ToolResult(run_id=call.run_id, seq=0, tool_call_id=call.tool_call_id, tool_name=call.tool_name)
         if self.local_hashing:
-            body["args_hash"] = call.args_hash
-            small = minimal_args(call.tool_name, normalize_payload(call.args) if call.args is not UNSET else UNSET)
-            if small is not UNSET:
-                body["args"] = small
+            event.args_hash = call.args_hash
+            event.args = minimal_args(call.tool_name, normalize_payload(call.args) if call.args is not UNSET else UNSET)
             if result_hash is None:
-                result_hash, unknown = result_outcome(
+                result_hash, event.unknown_tool_name = result_outcome(
                     call.tool_name,
                     call.kind,
                     normalize_payload(result) if result is not UNSET else UNSET,
                     normalize_payload(error) if error is not UNSET else UNSET,
                 )
-                if unknown is not None:
-                    body["unknown_tool_name"] = unknown
-            if result_hash is not None:
-                body["result_hash"] = result_hash
         else:
-            if call.args is not UNSET:
-                body["args"] = call.args
-            if result is not UNSET:
-                body["result"] = result
-            if error is not UNSET:
-                body["error"] = error
-            if result_hash is not None:
-                body["result_hash"] = result_hash
-        body["ts"] = time.time()
+            event.args = call.args
+            event.result = result
+            event.error = error
+        event.result_hash = result_hash
         run = self._run(call.run_id)
         waiter = _Waiter() if wait and run.compacted and run.aborted is None else None
-        seq = self._publish(run, call.run_id, body, waiter)
+        seq = self._publish(run, event, waiter)
         if waiter is None:
             return None
         waiter.done.wait(wait)
@@ -467,13 +466,9 @@ class GuardClient:
 
     def compaction(self, run_id: str, *, agent_id: str | None = None) -> int:
         """Publish a compaction retry (arms the post-compaction guard); returns its seq."""
-        body: dict[str, Any] = {"type": "compaction", "run_id": run_id, "seq": -1}
-        if agent_id is not None:
-            body["agent_id"] = agent_id
-        body["ts"] = time.time()
         run = self._run(run_id)
         run.compacted = True
-        return self._publish(run, run_id, body, None)
+        return self._publish(run, _Compaction(run_id=run_id, seq=0, agent_id=agent_id), None)
 
     def run_end(self, run_id: str) -> int:
         """Publish the end of a run (frees its state in loopwarden); returns its seq.
@@ -481,7 +476,7 @@ class GuardClient:
         The run's next seq is remembered (bounded), so a run id used again
         continues numbering above it, as loopwarden requires."""
         run = self._run(run_id)
-        seq = self._publish(run, run_id, {"type": "run_end", "run_id": run_id, "seq": -1, "ts": time.time()}, None)
+        seq = self._publish(run, _RunEnd(run_id=run_id, seq=0), None)
         with self._lock:
             self._runs.pop(run_id, None)
             self._ended[run_id] = run.next_seq

@@ -240,6 +240,37 @@ def test_compaction_abort_reaches_the_gateway(broker, topics):
         assert after.decision == "abort" and after.fallback is None
 
 
+def test_events_carry_only_what_the_gateway_gave(broker, topics):
+    """The published events, field by field: options left out are not written."""
+    with GuardClient(
+        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=0.1
+    ) as client:
+        first = client.tool_call("r-wire", "exec", {"command": "ls"}, tool_call_id="c1", agent_id="a", session_key="s")
+        second = client.tool_call("r-wire", "read", None, tool_call_id="c2", args_hash="h2")
+        client.tool_result(first, result={"content": []})
+        client.tool_result(second, error="boom", result_hash="rh")
+        client.compaction("r-wire")
+        client.compaction("r-wire", agent_id="a")
+        client.run_end("r-wire")
+        client.flush()
+    events = [json.loads(value) for _key, value in read_topic(broker.bootstrap, topics["events"])]
+    assert all(isinstance(event.pop("ts"), float) for event in events)
+    run = {"run_id": "r-wire"}
+    assert events == [
+        {"type": "tool_call", **run, "seq": 0, "tool_call_id": "c1", "tool_name": "exec", "args": {"command": "ls"},
+         "agent_id": "a", "session_key": "s"},
+        {"type": "tool_call", **run, "seq": 1, "tool_call_id": "c2", "tool_name": "read", "args": None,
+         "args_hash": "h2"},
+        {"type": "tool_result", **run, "seq": 2, "tool_call_id": "c1", "tool_name": "exec",
+         "args": {"command": "ls"}, "result": {"content": []}},
+        {"type": "tool_result", **run, "seq": 3, "tool_call_id": "c2", "tool_name": "read", "args": None,
+         "error": "boom", "result_hash": "rh"},
+        {"type": "compaction", **run, "seq": 4},
+        {"type": "compaction", **run, "seq": 5, "agent_id": "a"},
+        {"type": "run_end", **run, "seq": 6},
+    ]
+
+
 def test_seq_continues_after_run_end(broker, topics):
     """A run id used again after run_end keeps numbering above its last seq,
     so loopwarden does not take the new events for duplicates."""
