@@ -9,7 +9,7 @@ from itertools import accumulate
 import msgspec
 
 from schemas.events import EVENT_TYPES, Event
-from schemas.state import RunState
+from schemas.state import StoredRun
 from schemas.verdicts import Verdict
 from streams.engine.stablejson import FLOAT_HOOK, speedups
 
@@ -21,8 +21,8 @@ class BadEvent(ValueError):
 _event_decoder = msgspec.json.Decoder(Event, float_hook=FLOAT_HOOK)
 _verdict_encoder = msgspec.json.Encoder()
 _verdict_decoder = msgspec.json.Decoder(Verdict)
-_state_encoder = msgspec.msgpack.Encoder()
-_state_decoder = msgspec.msgpack.Decoder(RunState)
+_stored_encoder = msgspec.msgpack.Encoder()
+_stored_decoder = msgspec.msgpack.Decoder(StoredRun)
 _BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
 
 
@@ -146,9 +146,24 @@ def decode_verdict(data: bytes | str) -> Verdict:
     return _verdict_decoder.decode(data)
 
 
-def encode_state(state: RunState) -> bytes:
-    return _state_encoder.encode(state)
+def encode_stored(stored: StoredRun) -> bytes:
+    return _stored_encoder.encode(stored)
 
 
-def decode_state(data: bytes) -> RunState:
-    return _state_decoder.decode(data)
+def decode_stored(data: bytes) -> StoredRun:
+    return _stored_decoder.decode(data)
+
+
+class _Touched(msgspec.Struct, array_like=True):
+    """The first field of a stored run, read without decoding the state."""
+
+    touched: float
+    state: msgspec.Raw
+
+
+_touched_decoder = msgspec.msgpack.Decoder(_Touched)
+
+
+def touched_at(data: bytes) -> float:
+    """When a stored run was last touched (for the idle TTL), at the cost of its first field only."""
+    return _touched_decoder.decode(data).touched

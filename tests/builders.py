@@ -17,8 +17,8 @@ from typing import Any
 from msgspec import UNSET
 
 from schemas.config import FleetConfig
-from schemas.state import RunState
-from schemas.codec import decode_event
+from schemas.state import RunState, StoredRun
+from schemas.codec import decode_event, decode_stored, encode_stored
 from streams.engine import apply
 from streams.engine.config import parse_config
 
@@ -189,3 +189,13 @@ class Driver:
 
     def state(self, run: str = "r1") -> RunState:
         return self.states[run]
+
+
+def stored(state: RunState) -> bytes:
+    """A run state's bytes as the worker stores them."""
+    return encode_stored(StoredRun(0.0, state))
+
+
+def restored(data: bytes) -> RunState:
+    """The run state in bytes the worker stored."""
+    return decode_stored(data).state

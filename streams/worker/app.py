@@ -39,7 +39,7 @@ import msgspec
 from faust.types.tuples import Message
 from faust.worker import Worker as FaustWorker
 
-from schemas.codec import BadEvent, decode_event, encode_verdict
+from schemas.codec import BadEvent, decode_event, decode_stored, encode_stored, encode_verdict, touched_at
 from schemas import topics
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
@@ -50,7 +50,7 @@ from streams.observability.metrics import install as install_metrics
 from streams.tools.replay import apply_safely
 from streams.worker import intake
 from streams.worker.faust_fixes import harden_faust
-from streams.worker.runtable import RunTable, decode_stored, encode_stored, touched_at
+from streams.worker.runtable import RunTable
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 
 log = logging.getLogger("loopwarden.worker")

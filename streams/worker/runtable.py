@@ -13,32 +13,6 @@ import faust
 import msgspec
 from faust.streams import _current_event  # task-local "event being processed"
 
-from schemas.state import StoredRun
-
-_stored_encoder = msgspec.msgpack.Encoder()
-_stored_decoder = msgspec.msgpack.Decoder(StoredRun)
-
-
-class _Touched(msgspec.Struct, array_like=True):
-    """The first field of a stored run, read without decoding the state."""
-
-    touched: float
-    state: msgspec.Raw
-
-
-_touched_decoder = msgspec.msgpack.Decoder(_Touched)
-
-def encode_stored(stored: StoredRun) -> bytes:
-    return _stored_encoder.encode(stored)
-
-
-def decode_stored(data: bytes) -> StoredRun:
-    return _stored_decoder.decode(data)
-
-
-def touched_at(data: bytes) -> float:
-    return _touched_decoder.decode(data).touched
-
 
 class _At:
     """Stands in for Faust's *current event* inside a ``with`` block: all the

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import Driver, call, compaction, expected_args_hash, fleet, low, result, run_end, sha
+from builders import Driver, call, compaction, expected_args_hash, fleet, low, restored, result, run_end, sha, stored
 from schemas.config import FleetConfig
 from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED
-from schemas.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, decode_state, encode_state, encode_verdict
+from schemas.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, encode_verdict
 from streams.engine import apply
 from streams.engine.engine import call_signature
 
@@ -262,7 +262,7 @@ def test_a_poll_that_left_the_history_is_still_hashed_as_a_poll():
     d = Driver(fleet(enabled=True, historySize=30))
     poll = {"action": "poll", "sessionId": "s1"}
     (call_id,) = _calls_that_leave_the_history(d, "process", poll, 1, 30)
-    state = decode_state(encode_state(d.state()))  # kept across a restart, too
+    state = restored(stored(d.state()))  # kept across a restart, too
     d.states["r1"] = state
     running = {"details": {"status": "running", "pid": 7}, "content": [{"type": "text", "text": "..."}]}
     d.result("process", call_id, result=running)
@@ -284,8 +284,8 @@ def test_unfinished_calls_are_bounded_and_freed_by_run_end():
 
 
 def test_a_state_stored_before_unfinished_existed_still_decodes():
-    old = msgspec.msgpack.encode({"last_seq": 4, "history": [["read", "read:x", "c1", 0, None, None]]})
-    state = decode_state(old)
+    old = msgspec.msgpack.encode([0.0, {"last_seq": 4, "history": [["read", "read:x", "c1", 0, None, None]]}])
+    state = restored(old)
     assert state.unfinished == {} and state.last_seq == 4 and state.history[0].call_id == "c1"
 
 
@@ -330,12 +330,12 @@ def test_result_for_already_finished_call_is_appended():
 def test_result_without_outcome_changes_nothing():
     d = Driver(low())
     d.feed(call("r1", 1, "read", {"p": 1}, call_id="c1"))
-    before = encode_state(d.state())
+    before = stored(d.state())
     assert d.feed(result("r1", 2, "read", "c1")) == []
     assert d.feed(result("r1", 3, "read", "c1", error=None)) == []
     after = d.state()
     assert len(after.history) == 1 and after.history[0].result_hash is None
-    expected = decode_state(before)
+    expected = restored(before)
     expected.last_seq = 3  # only the seq moved on
     assert after == expected
 
@@ -367,7 +367,7 @@ def test_duplicate_changes_nothing_and_gives_no_verdict():
     d = Driver(low())
     for _ in range(4):
         d.step("exec", {"c": 1}, res=SAME)
-    before = encode_state(d.state())
+    before = stored(d.state())
     for event in [
         call("r1", 1, "exec", {"c": 1}),
         call("r1", 8, "exec", {"c": 99}),
@@ -378,7 +378,7 @@ def test_duplicate_changes_nothing_and_gives_no_verdict():
         outcome = apply(d.state(), event, low())
         assert outcome.duplicate is True
         assert outcome.verdicts == []
-        assert encode_state(outcome.state) == before
+        assert stored(outcome.state) == before
 
 
 def test_seq_gaps_are_fine():

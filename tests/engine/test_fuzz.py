@@ -18,11 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.state import MAX_UNFINISHED, RunState
-from schemas.codec import BadEvent, decode_event, decode_state, encode_state
+from schemas.codec import BadEvent, decode_event
 from streams.engine import apply
 from streams.engine.config import parse_config
 from streams.engine.warnings import MAX_KEYS
 from streams.tools.replay import apply_safely
+
+from builders import restored, stored
 
 HISTORY = 6
 WINDOW = 2
@@ -184,10 +186,10 @@ def test_valid_events_never_make_apply_raise(events: list[dict[str, Any]]) -> No
         if not outcome.duplicate and raw["type"] == "tool_call":
             assert len(outcome.verdicts) == 1
         # The same event again is a duplicate: no verdict, no change.
-        again = apply(decode_state(encode_state(state)), event, CONFIG)
+        again = apply(restored(stored(state)), event, CONFIG)
         assert again.duplicate and not again.verdicts
         # Through the stored bytes at every step: the same verdicts.
-        replayed = apply(None if twin is None else decode_state(encode_state(twin)), event, CONFIG)
+        replayed = apply(None if twin is None else restored(stored(twin)), event, CONFIG)
         assert [encoder.encode(v) for v in replayed.verdicts] == [encoder.encode(v) for v in outcome.verdicts]
         twin = replayed.state
 

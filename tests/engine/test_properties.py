@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 
 from schemas.config import FleetConfig
 from schemas.state import RunState
-from schemas.codec import decode_event, decode_state, encode_state, encode_verdict
+from schemas.codec import decode_event, encode_verdict
 from streams.engine import apply
 from streams.engine.config import parse_config
 from streams.engine.engine import _seen
 from streams.tools.replay import replay
+
+from builders import restored, stored
 
 CONFIG: FleetConfig = parse_config(
     {
@@ -111,7 +113,7 @@ def verdicts_of(lines: list[bytes], roundtrip_at: set[int] | frozenset[int] = fr
     out: list[bytes] = []
     for i, line in enumerate(lines):
         if i in roundtrip_at:
-            states = {run: decode_state(encode_state(state)) for run, state in states.items()}
+            states = {run: restored(stored(state)) for run, state in states.items()}
         event = decode_event(line)
         outcome = apply(states.get(event.run_id), event, CONFIG)
         states[event.run_id] = outcome.state
@@ -183,11 +185,11 @@ def test_history_index_always_matches_the_history(data):
     states: dict[str, RunState] = {}
     for i, line in enumerate(lines):
         if i in points:
-            states = {run: decode_state(encode_state(state)) for run, state in states.items()}
+            states = {run: restored(stored(state)) for run, state in states.items()}
         event = decode_event(line)
         state = states[event.run_id] = apply(states.get(event.run_id), event, CONFIG).state
         assert _seen(state) == dict(Counter(r.args_hash for r in state.history))
-        assert encode_state(state) == encode_state(decode_state(encode_state(state)))  # the index is never stored
+        assert stored(state) == stored(restored(stored(state)))  # the index is never stored
 
 
 def test_state_round_trip_is_exact_mid_loop():
@@ -204,9 +206,9 @@ def test_state_round_trip_is_exact_mid_loop():
     state = None
     for line in lines[:6]:
         state = apply(state, decode_event(line), CONFIG).state
-    again = decode_state(encode_state(state))
+    again = restored(stored(state))
     assert again == state
-    assert encode_state(again) == encode_state(state)
+    assert stored(again) == stored(state)
 
 
 def test_generated_streams_really_loop():

@@ -25,9 +25,10 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
+from builders import stored
 from helpers import LOOPWARDEN, REPO, Worker, consume, make_trace, names, produce, reference, write_config
 from schemas.state import RunState
-from schemas.codec import decode_event, encode_state
+from schemas.codec import decode_event
 from schemas.configfile import load_config
 from streams.engine import apply
 from streams.engine.warnings import MAX_KEYS
@@ -328,7 +329,7 @@ def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
         max_keys = max(max_keys, len(state.warning_buckets))
         max_window = max(max_window, len(state.guard_window))
         if i % 1000 == 999:
-            sizes.append(len(encode_state(state)))
+            sizes.append(len(stored(state)))
     elapsed = time.perf_counter() - started
     assert verdicts == calls
     assert max_history <= 30 and max_keys <= MAX_KEYS and max_window <= 3
