@@ -53,6 +53,7 @@ from msgspec import UNSET
 from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
+from streams import kafka_clients
 from streams.engine.hashing import args_hash as engine_args_hash
 from streams.engine.hashing import classify, result_outcome
 from streams.engine.stablejson import normalize_payload
@@ -229,12 +230,9 @@ class GuardClient:
 
     def start(self) -> GuardClient:
         """Connect the producer and start the decision reader; returns self."""
-        from kafka import KafkaProducer
-
         if self._thread is not None:
             return self
         config: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers,
             "client_id": self.client_id,
             "acks": "all",
             "enable_idempotence": True,  # retries never reorder or double a run's events
@@ -248,7 +246,7 @@ class GuardClient:
             "reconnect_backoff_max_ms": 2000,  # back within ~2 s of the broker
         }
         config.update(self._producer_config)
-        self._producer = KafkaProducer(**config)
+        self._producer = kafka_clients.producer(self.bootstrap_servers, **config)
         self._stop.clear()
         self._thread = threading.Thread(target=self._read_decisions, name="loopwarden-decisions", daemon=True)
         self._thread.start()
@@ -579,7 +577,7 @@ class GuardClient:
         """The reader thread: manual assignment of every partition of the
         decisions topic, positioned at the end (no consumer group, no commits:
         a gateway only needs verdicts for events it publishes from now on)."""
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
         consumer = None
         backoff = 0.2
@@ -587,7 +585,6 @@ class GuardClient:
             try:
                 if consumer is None:
                     config: dict[str, Any] = {
-                        "bootstrap_servers": self.bootstrap_servers,
                         "client_id": f"{self.client_id}-decisions",
                         "group_id": None,
                         "enable_auto_commit": False,
@@ -597,7 +594,7 @@ class GuardClient:
                     }
                     config.update(self._consumer_config)
                     partitions = self._decision_partitions()
-                    consumer = KafkaConsumer(**config)
+                    consumer = kafka_clients.consumer(self.bootstrap_servers, **config)
                     tps = [TopicPartition(self.decisions_topic, p) for p in sorted(partitions)]
                     consumer.assign(tps)
                     consumer.seek_to_end(*tps)

@@ -55,6 +55,7 @@ from schemas.state import RunState
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
+from streams import kafka_clients
 from streams.tools.replay import apply_safely
 
 
@@ -112,11 +113,9 @@ def format_ms(ms: int) -> str:
 
 
 def _consumer(bootstrap: str, client_id: str) -> Any:
-    from kafka import KafkaConsumer
-
     try:
-        return KafkaConsumer(
-            bootstrap_servers=bootstrap,
+        return kafka_clients.consumer(
+            bootstrap,
             client_id=client_id,
             group_id=None,  # no group: never joins, rebalances or commits
             enable_auto_commit=False,

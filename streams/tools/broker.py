@@ -188,13 +188,13 @@ def _serving_brokers(bootstrap: str, timeout: float) -> list[int]:
     An open port alone is not enough: a KRaft broker may accept connections
     before it has caught up with the metadata log and been unfenced.
     """
-    from kafka import KafkaAdminClient
+    from streams import kafka_clients
 
     ms = max(int(timeout * 1000), 100)
     admin = None
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
+        admin = kafka_clients.admin(
+            bootstrap,
             client_id="loopwarden-broker-probe",
             request_timeout_ms=ms,
             bootstrap_timeout_ms=ms,

@@ -18,6 +18,7 @@ from typing import TextIO
 import msgspec
 
 from schemas.codec import BadEvent, decode_event
+from streams import kafka_clients
 
 
 @dataclass
@@ -27,10 +28,8 @@ class ProduceReport:
 
 
 def _producer(bootstrap: str, *, linger_ms: int = 5):
-    from kafka import KafkaProducer
-
-    return KafkaProducer(
-        bootstrap_servers=bootstrap,
+    return kafka_clients.producer(
+        bootstrap,
         client_id="loopwarden-produce",
         acks="all",
         linger_ms=linger_ms,

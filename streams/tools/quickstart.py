@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from streams import kafka_clients
 from streams.worker.settings import Settings, settings_from_args, worker_argv
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -113,7 +114,7 @@ def _expected(lines: list[bytes], settings: Settings) -> set[tuple[str, int]]:
 
 
 def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], timeout: float) -> int:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
     from streams.tools.produce import produce
 
@@ -125,8 +126,8 @@ def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], t
     stamp = time.strftime("%H%M%S")
     lines = _tag_trace(raw, stamp)
     expected = _expected(lines, settings)
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.bootstrap,
+    consumer = kafka_clients.consumer(
+        settings.bootstrap,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",

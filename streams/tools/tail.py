@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import BinaryIO
 
 from schemas import topics
+from streams import kafka_clients
 
 
 def _header_map(headers: Iterable[tuple[str, bytes]] | None) -> dict[str, str]:
@@ -48,10 +49,8 @@ def _int_or_none(text: str | None) -> int | None:
 
 
 def _consumer(bootstrap: str):
-    from kafka import KafkaConsumer
-
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap,
+    return kafka_clients.consumer(
+        bootstrap,
         client_id="loopwarden-tail",
         group_id=None,
         enable_auto_commit=False,

@@ -44,6 +44,7 @@ from schemas import topics
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
+from streams import kafka_clients
 from streams.observability import logs
 from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.observability.metrics import install as install_metrics
@@ -538,7 +539,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
     """The Faust app with its topic, table, processing task and timers."""
     app = faust.App(
         settings.app_id,
-        broker=settings.broker_url,
+        **kafka_clients.faust_connection(settings.bootstrap),
         autodiscover=False,
         store="rocksdb://",
         datadir=str(settings.data_dir),

@@ -120,10 +120,6 @@ class Settings:
     faust_loglevel: str = "warning"
 
     @property
-    def broker_url(self) -> str:
-        return ",".join(f"kafka://{server.strip()}" for server in self.bootstrap.split(",") if server.strip())
-
-    @property
     def effective_sweep_interval(self) -> float:
         """How often idle runs are looked for: a tenth of the TTL, 1 s to 60 s."""
         if self.sweep_interval is not None:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streams import kafka_clients
 from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
@@ -40,11 +41,9 @@ class TopicState:
 
 
 def admin_client(bootstrap: str, timeout: float = 30.0):
-    from kafka import KafkaAdminClient
-
     ms = int(timeout * 1000)
-    return KafkaAdminClient(
-        bootstrap_servers=bootstrap,
+    return kafka_clients.admin(
+        bootstrap,
         client_id="loopwarden-admin",
         request_timeout_ms=ms,
         bootstrap_timeout_ms=ms,
