@@ -13,6 +13,8 @@ import faust
 import msgspec
 from faust.streams import _current_event  # task-local "event being processed"
 
+from schemas.codec import touched_at
+
 
 class _At:
     """Stands in for Faust's *current event* inside a ``with`` block: all the
