@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine (Python 3.11+, Java 17, Maven):
 #   make up     run the main job on the embedded default (a local Kafka broker it starts itself)
-#   make test   run the whole test suite (starts and stops its own broker)
+#   make test   lint (ruff check), then run the whole test suite (starts and stops its own broker)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # a change to the engine reinstalls, which recompiles its compiled parts (setup.py)
 ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
 
-.PHONY: up test test-heavy bench schemas kafka clean
+.PHONY: up lint test test-heavy bench schemas kafka clean
 
 $(STAMP): pyproject.toml setup.py $(ENGINE)
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,10 @@ kafka: $(STAMP)
 up: kafka
 	$(BIN)/loopwarden up --config examples/loopwarden.json5 --demo examples/sample-trace.jsonl
 
-test: kafka
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint kafka
 	$(BIN)/python -m pytest -q
 
 test-heavy: kafka

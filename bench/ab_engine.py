@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {
         "a": str(args.a), "b": str(args.b), "a_engine": engines["A"].mode, "b_engine": engines["B"].mode,
         "pairs": args.pairs, "results": {},
-    }  # fmt: skip
+    }
     print(f"A = {args.a} ({engines['A'].mode})\nB = {args.b} ({engines['B'].mode})")
     print(f"{'trace':<12} {'stage':<13} {'A events/s cpu':>15} {'B events/s cpu':>15} {'B/A median':>11} {'min..max':>12}")
     for variant in [v for v in args.variants.split(",") if v]:
@@ -130,11 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                 for key in order:
                     samples[key].append(engines[key].run(stage, lines, decoded[key]))
             n = len(lines)
-            ratios = sorted(a_cpu / b_cpu for (_, a_cpu), (_, b_cpu) in zip(samples["A"], samples["B"]))
+            ratios = sorted(a_cpu / b_cpu for (_, a_cpu), (_, b_cpu) in zip(samples["A"], samples["B"], strict=True))
             a_rate = statistics.median(n / c for _, c in samples["A"])
             b_rate = statistics.median(n / c for _, c in samples["B"])
             print(f"{variant:<12} {stage:<13} {a_rate:>15,.0f} {b_rate:>15,.0f} {statistics.median(ratios):>10.2f}x "
-                  f"{ratios[0]:>5.2f}..{ratios[-1]:<5.2f}")  # fmt: skip
+                  f"{ratios[0]:>5.2f}..{ratios[-1]:<5.2f}")
             record["results"].setdefault(variant, {})[stage] = {
                 "events": n,
                 "a": samples["A"],

@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = Counter(json.loads(v)["decision"] for v in raw_v)
         check = {"identical": same, "verdicts": len(raw_v), "decisions": dict(sorted(counts.items()))}
         print(f"check: raw and precomputed verdicts {'IDENTICAL' if same else 'DIFFER'} ({len(raw_v)} verdicts: "
-              + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")")  # fmt: skip
+              + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")")
         if not same:
             print("error: precomputed hashes changed the verdicts", file=sys.stderr)
             return 1

@@ -85,18 +85,18 @@ _WORDS = (
 ).split() + [
     "café", "naïve", "Zürich", "façade", "Ångström", "résumé", "東京", "数据库",
     "配置", "ошибка", "сервер", "–", "…", "✓", "→", "🚀", "📦", "✅",
-]  # fmt: skip
+]
 _EXTS = (".py", ".ts", ".md", ".json", ".yaml", ".go", ".rs", ".sql")
 _DIRS = (
     "src/billing", "src/api/handlers", "web/app/components", "services/ingest",
     "infra/terraform/modules", "docs/guide", "tests/integration", "pkg/queue",
-)  # fmt: skip
+)
 _NAMES = ("client", "invoice", "router", "schema", "worker", "config", "index", "utils", "models", "retry")
 _COMMANDS = (
     "npm test -- --runInBand", "pytest -q tests/unit", "go test ./...", "cargo build --release",
     "git status --short", "ls -la", "kubectl get pods -n staging", "docker compose ps",
     "make lint", "terraform plan -no-color", "rg -n 'TODO' src", "python manage.py migrate --plan",
-)  # fmt: skip
+)
 _HOSTS = ("docs.example.com", "api.example.org", "status.example.net", "wiki.example.com")
 _LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR")
 _AGENTS = ("safe-runner", "ops", "research", "support-bot", "coder")
@@ -121,7 +121,7 @@ def _path(rng: random.Random) -> str:
 
 
 def _hex(rng: random.Random, n: int) -> str:
-    return "%0*x" % (n, rng.getrandbits(4 * n))
+    return f"{rng.getrandbits(4 * n):0{n}x}"
 
 
 def _code(rng: random.Random, size: int) -> str:
@@ -244,7 +244,7 @@ def _exec_running(rng: random.Random, session: str) -> Call:
         "content": _text(f"Command still running (session {session}).\n{tail}"),
         "details": {"status": "running", "sessionId": session, "pid": rng.randint(1000, 60000), "tail": tail,
                     "startedAt": round(_BASE_TS + rng.uniform(0, 86400), 3)},
-    }  # fmt: skip
+    }
     return "exec", args, result, None
 
 
@@ -330,7 +330,7 @@ def _message(rng: random.Random) -> Call:
             {"id": _hex(rng, 12), "text": _prose(rng, 50)[:90], "senderId": f"U{_hex(rng, 8)}", "direction": "inbound",
              "createdAt": round(_BASE_TS + rng.uniform(0, 86400), 3)}
             for _ in range(rng.randint(2, 5))
-        ]  # fmt: skip
+        ]
         return "message", args, {"content": _text(f"{len(messages)} messages"), "details": {"messages": messages}}, None
     args["message"] = text
     msg_id = _hex(rng, 16)
@@ -368,7 +368,7 @@ def _memory_search(rng: random.Random) -> Call:
         {"path": f"memory/2025-06-{rng.randint(1, 28):02d}.md", "startLine": (s := rng.randint(1, 200)), "endLine": s + 8,
          "score": round(rng.uniform(0.3, 0.95), 3), "snippet": _prose(rng, 80)[:140]}
         for _ in range(rng.randint(1, 4))
-    ]  # fmt: skip
+    ]
     args = {"query": query, "maxResults": 5, "minScore": 0.35}
     return "memory_search", args, {"content": _text(f"{len(hits)} results"), "details": {"results": hits}}, None
 
@@ -388,7 +388,7 @@ _HEALTHY: tuple[tuple[Any, float], ...] = (
     (_read, 0.22), (_exec, 0.18), (_write, 0.05), (_edit, 0.08), (_web_search, 0.07), (_web_fetch, 0.04),
     (_browser, 0.07), (_message, 0.06), (_sessions_send, 0.02), (_update_plan, 0.05), (_memory_search, 0.04),
     (_progress_poll, 0.12),
-)  # fmt: skip
+)
 _HEALTHY_MAKERS = tuple(m for m, _ in _HEALTHY)
 _HEALTHY_WEIGHTS = tuple(w for _, w in _HEALTHY)
 _ERRORS = (
@@ -443,7 +443,7 @@ class _Run:
         call_id = f"call_{_hex(self.rng, 20)}"
         event: dict[str, Any] = {
             "type": "tool_call", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
-        }  # fmt: skip
+        }
         if self.precomputed:
             payload = _normalize(args)
             event["args_hash"] = _hashing.args_hash(tool, payload)
@@ -461,14 +461,14 @@ class _Run:
     def result(self, call_id: str, tool: str, result: Any, error: Any) -> None:
         event: dict[str, Any] = {
             "type": "tool_result", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
-        }  # fmt: skip
+        }
         if self.precomputed:
             _, args = self.open.pop(call_id)
             kind = _hashing.classify(tool, args)
             result_hash, unknown = _hashing.result_outcome(
                 tool, kind, _normalize(result) if result is not None else msgspec.UNSET,
                 _normalize(error) if error is not None else msgspec.UNSET,
-            )  # fmt: skip
+            )
             if result_hash is not None:
                 event["result_hash"] = result_hash
             if unknown is not None:
@@ -752,7 +752,7 @@ def _plans(runs: int, events: int, seed: int, mix: Mapping[str, float]) -> tuple
     counts = _allocate(runs, [mix.get(name, 0.0) for name in SCENARIOS])
     if sum(counts) != runs:
         raise ValueError("mix has no positive weight")
-    scenarios = [name for name, n in zip(SCENARIOS, counts) for _ in range(n)]
+    scenarios = [name for name, n in zip(SCENARIOS, counts, strict=True) for _ in range(n)]
     random.Random(f"{seed}/mix").shuffle(scenarios)
     plans = [_plan(s, random.Random(f"{seed}/plan/{i}")) for i, s in enumerate(scenarios)]
     fixed = sum(p["fixed"] for p in plans)
@@ -760,7 +760,7 @@ def _plans(runs: int, events: int, seed: int, mix: Mapping[str, float]) -> tuple
     if events < minimum:
         raise ValueError(f"{events} events are too few for {runs} runs of this mix: need at least {minimum}")
     extra, odd = divmod(events - minimum, 2)
-    flex = [p["min_flex"] + n for p, n in zip(plans, _allocate(extra, [p["weight"] for p in plans]))]
+    flex = [p["min_flex"] + n for p, n in zip(plans, _allocate(extra, [p["weight"] for p in plans]), strict=True)]
     dangling_run = max(range(runs), key=lambda i: (flex[i], -i)) if odd else -1
     return plans, flex, dangling_run
 

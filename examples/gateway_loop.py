@@ -63,7 +63,7 @@ def run_tool(name: str, args: dict) -> dict:
             "content": [{"type": "text", "text": "FAILED tests/test_api.py::test_login - KeyError: 'token'"}],
             "details": {"status": "completed", "exitCode": 1, "durationMs": 812, "pid": os.getpid(),
                         "aggregated": "FAILED tests/test_api.py::test_login - KeyError: 'token'"},
-        }  # fmt: skip
+        }
     if name == "read":
         return {"content": [{"type": "text", "text": "def login(user):\n    return session['token']\n"}]}
     return {"content": [{"type": "text", "text": "ok"}]}
@@ -77,7 +77,7 @@ def say(verdict: ClientVerdict, tool: str, args: dict) -> None:
         print(f"{call}  -> allow")
     else:
         print(f"{call}\n        -> {verdict.decision.upper()} ({verdict.detector}, count {verdict.count})\n"
-              f"           {verdict.message}")  # fmt: skip
+              f"           {verdict.message}")
 
 
 def agent(client: GuardClient, run_id: str, max_steps: int = 40) -> str:
@@ -130,7 +130,7 @@ def local_stack(config: dict):
              str(config_path), "--data-dir", str(workdir / "data"), "--standby-replicas", "0",
              "--app-id", f"demo-{uuid.uuid4().hex[:6]}", "--partitions", "3"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        )
         print(f"started a broker at {broker.bootstrap} and a worker (log: {workdir / 'worker.log'})")
         try:
             yield broker.bootstrap

@@ -31,7 +31,7 @@ def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, **e
     return subprocess.run(
         [sys.executable, "-m", "streams.cli", "replay", *args],
         input=stdin if stdin is not None else b"", capture_output=True, env=environ, cwd=cwd, timeout=60,
-    )  # fmt: skip
+    )
 
 
 # --- independent hashing (only for values made of strings, ints, bools, null) ---
@@ -82,7 +82,7 @@ def call(
     return _event(
         "tool_call", run, seq, tool_call_id=call_id or f"c{seq}", tool_name=tool, args=args,
         agent_id=agent, args_hash=args_hash,
-    )  # fmt: skip
+    )
 
 
 def result(
@@ -101,7 +101,7 @@ def result(
     return _event(
         "tool_result", run, seq, tool_call_id=call_id, tool_name=tool, result=result, error=error,
         args=args, args_hash=args_hash, result_hash=result_hash, unknown_tool_name=unknown_tool_name,
-    )  # fmt: skip
+    )
 
 
 def compaction(run: str, seq: int, *, agent: Any = _MISSING) -> Any:

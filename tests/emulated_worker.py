@@ -167,7 +167,7 @@ class RealWorker:
             "--deadletter-topic", topics["deadletter"], "--partitions", str(partitions),
             "--app-id", self.app_id, "--data-dir", str(Path(tmp_path) / f"{self.app_id}-data"),
             "--standby-replicas", "0", *extra,
-        ]  # fmt: skip
+        ]
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.cwd = Path(__file__).resolve().parents[1]
         self.proc = None

@@ -77,12 +77,12 @@ class _Run:
         self.calls += 1
         call_id = f"c{self.calls}"
         event = {"type": "tool_call", "run_id": self.run_id, "seq": self._next(), "tool_call_id": call_id,
-                 "tool_name": tool, "args": args}  # fmt: skip
+                 "tool_name": tool, "args": args}
         if self.agent and self.calls == 1:
             event["agent_id"] = self.agent
         self.events.append(event)
         outcome: dict[str, Any] = {"type": "tool_result", "run_id": self.run_id, "seq": self._next(),
-                                   "tool_call_id": call_id, "tool_name": tool}  # fmt: skip
+                                   "tool_call_id": call_id, "tool_name": tool}
         if error is not None:
             outcome["error"] = error
         else:
@@ -210,7 +210,7 @@ def consume(
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             isolation_level="read_committed", allow_auto_create_topics=False)  # fmt: skip
+                             isolation_level="read_committed", allow_auto_create_topics=False)
     records: list[Any] = []
     try:
         deadline = time.monotonic() + timeout
@@ -247,7 +247,7 @@ class Worker:
     """A real `loopwarden worker` subprocess with its own data dir and log."""
 
     def __init__(self, bootstrap: str, topics: dict[str, str], workdir: Path, name: str, *,
-                 config: Path | None, partitions: int = 4, extra: Sequence[str] = ()) -> None:  # fmt: skip
+                 config: Path | None, partitions: int = 4, extra: Sequence[str] = ()) -> None:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
@@ -268,7 +268,7 @@ class Worker:
             "--stats-interval", "1s",
             *(["--config", str(config)] if config else []),
             *extra,
-        ]  # fmt: skip
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 
@@ -277,7 +277,7 @@ class Worker:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LOOPWARDEN_CONFIG", None)
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                     stdin=subprocess.DEVNULL)  # fmt: skip
+                                     stdin=subprocess.DEVNULL)
         return self
 
     def log(self) -> str:

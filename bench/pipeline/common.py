@@ -41,7 +41,7 @@ LOOPWARDEN = [str(_SCRIPT)] if _SCRIPT.exists() else [PYTHON, "-m", "streams.cli
 
 def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)  # fmt: skip
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     p.add_argument("--bootstrap", help="a running broker (default: start a temporary one)")
     p.add_argument("--partitions", type=int, default=12, help="events topic partitions (default 12)")
     p.add_argument("--repeat", type=int, default=1, help="repetitions; medians are reported (default 1)")
@@ -63,7 +63,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
 def topic_names(prefix: str) -> dict[str, str]:
     tag = f"{prefix}-{uuid.uuid4().hex[:8]}"
     return {"app_id": tag, "events": f"{tag}.events", "decisions": f"{tag}.decisions",
-            "deadletter": f"{tag}.deadletter"}  # fmt: skip
+            "deadletter": f"{tag}.deadletter"}
 
 
 def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
@@ -71,7 +71,7 @@ def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> Non
     from streams.worker.topics import ensure_topics
 
     ensure_topics(bootstrap, Topics(events=names["events"], decisions=names["decisions"],
-                                    deadletter=names["deadletter"], partitions=partitions))  # fmt: skip
+                                    deadletter=names["deadletter"], partitions=partitions))
 
 
 # -- traces ------------------------------------------------------------------
@@ -111,7 +111,7 @@ async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=512 * 1024, max_request_size=8 * 1024 * 1024)  # fmt: skip
+                                max_batch_size=512 * 1024, max_request_size=8 * 1024 * 1024)
     await producer.start()
     started = time.perf_counter()
     try:
@@ -128,14 +128,14 @@ async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes
 
 
 async def collect(bootstrap: str, topic: str, count: int, timeout: float, *, idle: float = 60.0,
-                  progress: Any = None) -> list[tuple[int, bytes]]:  # fmt: skip
+                  progress: Any = None) -> list[tuple[int, bytes]]:
     """(timestamp ms, value) of a topic's records from the beginning until
     ``count`` arrived, ``idle`` seconds pass without one, or ``timeout``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024)  # fmt: skip
+                                fetch_max_bytes=64 * 1024 * 1024)
     await consumer.start()
     got: list[tuple[int, bytes]] = []
     try:
@@ -212,7 +212,7 @@ class Proc:
     def start(self) -> Proc:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=self.env, stdin=subprocess.DEVNULL)  # fmt: skip
+                                     env=self.env, stdin=subprocess.DEVNULL)
         return self
 
     @property
@@ -255,7 +255,7 @@ class Proc:
 
 
 def worker(bootstrap: str, names: dict[str, str], workdir: Path, name: str, partitions: int,
-           extra: Sequence[str] = ()) -> Proc:  # fmt: skip
+           extra: Sequence[str] = ()) -> Proc:
     """A real ``loopwarden worker`` with default settings except: no standby
     replicas (one worker has nobody to keep them), no periodic summary."""
     argv = [
@@ -270,7 +270,7 @@ def worker(bootstrap: str, names: dict[str, str], workdir: Path, name: str, part
         "--standby-replicas", "0",
         "--stats-interval", "3600s",
         *extra,
-    ]  # fmt: skip
+    ]
     return Proc(argv, workdir / f"{name}.log")
 
 
@@ -298,9 +298,9 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in cells]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
 
 

@@ -48,12 +48,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: float, warmup: float,
-                runs: int) -> dict:  # fmt: skip
+                runs: int) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="latest", fetch_max_wait_ms=100)  # fmt: skip
+                                auto_offset_reset="latest", fetch_max_wait_ms=100)
     await producer.start()
     await consumer.start()
     topic_in, topic_out = names["events"], names["decisions"]
@@ -80,7 +80,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         seq = seqs[i]
         run = run_ids[i]
         event = {"type": "tool_call", "run_id": run, "seq": seq, "tool_call_id": f"c{seq}", "tool_name": "read",
-                 "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000}}  # fmt: skip
+                 "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000}}
         now = time.perf_counter()
         pending[(run, seq)] = (now, i, time.time())
         await producer.send(topic_in, _enc.encode(event), key=run.encode())
@@ -89,7 +89,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         seqs[i] += 1
         run = run_ids[i]
         event = {"type": "tool_result", "run_id": run, "seq": seqs[i], "tool_call_id": f"c{call_seq}",
-                 "tool_name": "read", "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]}}  # fmt: skip
+                 "tool_name": "read", "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]}}
         await producer.send(topic_in, _enc.encode(event), key=run.encode())
 
     async def issuer() -> None:
@@ -149,7 +149,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         "p50_first_half_ms": pct(halves[0], 0.5) * 1000, "p50_second_half_ms": pct(halves[1], 0.5) * 1000,
         "to_worker_send_p50_ms": pct(inbound, 0.50) * 1000, "to_worker_send_p99_ms": pct(inbound, 0.99) * 1000,
         "generator_cpu_s": cpu,
-    }  # fmt: skip
+    }
 
 
 def main() -> int:
@@ -174,20 +174,20 @@ def main() -> int:
                     load = c.load_average()
                     cpu0 = c.cpu_seconds(w.pid)
                     row = asyncio.run(drive(bootstrap, names, rate, args.duration, args.warmup,
-                                            args.runs or max(200, rate)))  # fmt: skip
+                                            args.runs or max(200, rate)))
                     row["worker_cpu_s"] = c.cpu_seconds(w.pid) - cpu0
                     row["load1"] = load
                     rows.append(row)
                     print(c.table([row], ["offered_per_s", "achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms",
                                           "to_worker_send_p50_ms", "to_worker_send_p99_ms", "deferred",
-                                          "worker_cpu_s", "load1"]), flush=True)  # fmt: skip
+                                          "worker_cpu_s", "load1"]), flush=True)
     summary = []
     for rate in rates:
         mine = [r for r in rows if r["offered_per_s"] == rate]
         summary.append({"offered_per_s": rate, **{k: c.median([r[k] for r in mine]) for k in
                         ("achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "p50_first_half_ms",
                          "p50_second_half_ms", "to_worker_send_p50_ms", "to_worker_send_p99_ms")},
-                        "repeats": len(mine)})  # fmt: skip
+                        "repeats": len(mine)})
     print("\nmedians:")
     print(c.table(summary, list(summary[0])))
     c.record("latency", args, {"runs": rows, "median": summary})

@@ -29,7 +29,7 @@ app = faust.App(
     web_enabled=False,
 )
 source = app.topic(os.environ.get("LW_SRC", "in"), key_type=bytes, value_type=bytes,
-                   key_serializer="raw", value_serializer="raw")  # fmt: skip
+                   key_serializer="raw", value_serializer="raw")
 DESTINATION = os.environ.get("LW_DST", "out")
 
 

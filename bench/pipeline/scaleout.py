@@ -27,7 +27,7 @@ def main() -> int:
     expected = c.tool_calls(messages)
     rows = []
     cols = ["workers", "events", "verdicts", "span_s", "events_per_s", "raw_relay_per_s", "ratio_to_raw",
-            "events_per_cpu_s", "load1"]  # fmt: skip
+            "events_per_cpu_s", "load1"]
     with c.broker(args.bootstrap) as bootstrap:
         for _ in range(args.repeat):
             for n in (1, 2):

@@ -38,10 +38,10 @@ def trace(runs: int, calls: int) -> list[tuple[bytes, bytes]]:
             run = f"st-{i:07d}"
             call = {"type": "tool_call", "run_id": run, "seq": 2 * k + 1, "tool_call_id": f"call_{i:07d}_{k}",
                     "tool_name": ("read", "exec", "web_fetch", "edit")[k % 4],
-                    "args": {"path": f"src/pkg{i % 211}/module{k}.py", "offset": k * 10, "limit": 2000}}  # fmt: skip
+                    "args": {"path": f"src/pkg{i % 211}/module{k}.py", "offset": k * 10, "limit": 2000}}
             result = {"type": "tool_result", "run_id": run, "seq": 2 * k + 2, "tool_call_id": call["tool_call_id"],
                       "tool_name": call["tool_name"],
-                      "result": {"content": [{"type": "text", "text": f"contents of module {k} of run {i} " * 4}]}}  # fmt: skip
+                      "result": {"content": [{"type": "text", "text": f"contents of module {k} of run {i} " * 4}]}}
             out.append((run.encode(), enc.encode(call)))
             out.append((run.encode(), enc.encode(result)))
     return out
@@ -126,7 +126,7 @@ def main() -> int:
                 "disk_per_run_bytes_stopped": disk2 / args.runs,
                 "rocksdb_compacted_mb": disk3 / 1e6, "disk_per_run_bytes_compacted": disk3 / args.runs,
                 "encoded_state_per_run_bytes": encoded / runs,
-            })  # fmt: skip
+            })
             print(c.table(rows[-1:], list(rows[-1])), flush=True)
     summary = {k: c.median([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], float)}
     print("\nmedians:")

@@ -36,7 +36,7 @@ def run_once(bootstrap: str, messages, expected: int, args) -> dict:  # type: ig
         result["raw_relay_per_s"] = c.span_rate([t for t, _ in out], len(messages))[1]
     work = c.workdir("tput")
     workers = [c.worker(bootstrap, names, work, f"w{i}", args.partitions, args.worker_args)
-               for i in range(args.workers)]  # fmt: skip
+               for i in range(args.workers)]
     load = c.load_average()
     try:
         for w in workers:
@@ -47,7 +47,7 @@ def run_once(bootstrap: str, messages, expected: int, args) -> dict:  # type: ig
         wall0 = time.monotonic()
         out = asyncio.run(c.collect(bootstrap, names["decisions"], expected, timeout=args.timeout))
         wall = time.monotonic() - wall0
-        cpu = sum(c.cpu_seconds(w.pid) - x for w, x in zip(workers, cpu0))
+        cpu = sum(c.cpu_seconds(w.pid) - x for w, x in zip(workers, cpu0, strict=True))
         rss = [c.rss_bytes(w.pid) for w in workers]
     finally:
         for w in workers:
@@ -58,7 +58,7 @@ def run_once(bootstrap: str, messages, expected: int, args) -> dict:  # type: ig
         "span_s": span, "events_per_s": rate, "verdicts_per_s": len(out) / span if span == span else span,
         "cpu_s": cpu, "events_per_cpu_s": len(messages) / cpu if cpu else float("nan"),
         "wall_after_assign_s": wall, "rss_mb": [r / 1e6 for r in rss], "load1": load,
-    })  # fmt: skip
+    })
     if "raw_relay_per_s" in result:
         result["ratio_to_raw"] = rate / result["raw_relay_per_s"]
     return result
@@ -79,7 +79,7 @@ def main() -> int:
         for _ in range(args.repeat):
             rows.append(run_once(bootstrap, messages, expected, args))
             print(c.table(rows[-1:], ["workers", "events", "verdicts", "span_s", "events_per_s", "verdicts_per_s",
-                                      "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s", "load1"]), flush=True)  # fmt: skip
+                                      "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s", "load1"]), flush=True)
     summary = {k: c.median([r[k] for r in rows if k in r])
                for k in ("events_per_s", "verdicts_per_s", "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s")}
     print("\nmedian of", len(rows), "run(s):")

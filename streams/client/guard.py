@@ -254,7 +254,7 @@ class GuardClient:
             log.warning(
                 "loopwarden: decision reader not ready after %.1fs (topic %s); checks follow %s until it is",
                 self.start_timeout, self.decisions_topic, self.policy,
-            )  # fmt: skip
+            )
         return self
 
     def close(self, timeout: float = 5.0) -> None:

@@ -212,7 +212,7 @@ class WorkerMetrics:
             if value:
                 out[name] = out.get(name, 0) + int(value)
 
-        for labels, value in _values(self.events):
+        for _labels, value in _values(self.events):
             add("events", value)
         for labels, value in _values(self.verdicts):
             add("verdicts", value)

@@ -44,7 +44,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, NamedTuple, TextIO
 
 import msgspec
@@ -104,12 +104,12 @@ def parse_since(text: str, now: float | None = None) -> int:
             f"--since {text!r}: expected ISO 8601 (2025-05-01T10:00:00Z), epoch seconds/ms, or a duration like 15m"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
 def format_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _consumer(bootstrap: str, client_id: str) -> Any:

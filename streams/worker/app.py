@@ -281,7 +281,7 @@ class Processor:
             logs.event(
                 log, logging.ERROR, "stored run state unreadable; starting the run afresh",
                 event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
-            )  # fmt: skip
+            )
             return StoredRun(0.0, RunState())
 
     def _close_open(self) -> None:
@@ -311,7 +311,7 @@ class Processor:
         logs.event(
             log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
             event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
-        )  # fmt: skip
+        )
         stored.state = RunState(last_seq=stored.state.last_seq)
         return encode_stored(stored)
 
@@ -321,7 +321,7 @@ class Processor:
         logs.event(
             log, logging.ERROR, "verdict too large; long fields shortened",
             event="verdict_shrunk", run_id=verdict.run_id[:200], seq=verdict.seq, size=size,
-        )  # fmt: skip
+        )
         changes = {}
         for name in ("run_id", "tool_call_id", "tool_name", "message", "warning_key", "paired_tool_name"):
             value = getattr(verdict, name)
@@ -424,7 +424,7 @@ class Processor:
                 log, logging.ERROR, "cannot dead-letter an event; it stays only in its source topic",
                 event="deadletter_failed", topic=message.topic, partition=message.partition,
                 offset=message.offset, error=f"{type(exc).__name__}: {exc}"[:300],
-            )  # fmt: skip
+            )
             return _done()
 
     def _log_verdict(self, verdict: Verdict) -> None:
@@ -615,7 +615,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         logs.event(
             log, logging.INFO, "partitions assigned", event="assigned",
             topic=settings.topics.events, partitions=",".join(map(str, mine)) or "none",
-        )  # fmt: skip
+        )
 
     return app, processor
 
@@ -654,7 +654,7 @@ class Worker(FaustWorker):
         logs.event(
             log, logging.ERROR, f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
             event="stop_overdue", stop_timeout=self.stop_timeout,
-        )  # fmt: skip
+        )
         logging.shutdown()
         os._exit(1)
 
@@ -667,7 +667,7 @@ class Worker(FaustWorker):
             logs.event(
                 log, logging.WARNING, "start-up stopped by a signal", event="startup_interrupted",
                 error=f"{type(exc).__name__}: {exc}"[:300],
-            )  # fmt: skip
+            )
 
 
 def run_worker(settings: Settings) -> int:
@@ -691,7 +691,7 @@ def run_worker(settings: Settings) -> int:
                     logs.event(
                         log, logging.INFO, "topic created", event="topic_created",
                         topic=state.name, partitions=state.partitions,
-                    )  # fmt: skip
+                    )
             partitions = states[0].partitions
         else:
             found = describe_partitions(settings.bootstrap, [settings.topics.events])
@@ -707,7 +707,7 @@ def run_worker(settings: Settings) -> int:
             log, logging.WARNING,
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
-        )  # fmt: skip
+        )
     app, _processor = create_app(settings, resolved.config, partitions)
     logs.event(
         log,

@@ -213,7 +213,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         parser, "--flush-interval", "flush_interval",
         "how long a batch gathers events before the states it left are stored; "
         "a run touched many times meanwhile is stored once",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--max-in-flight",
         type=positive_int,
@@ -240,7 +240,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         parser, "--stop-timeout", "stop_timeout",
         "after SIGTERM or SIGINT, exit (status 1) if the stop has not finished by then, as a SIGKILL would: "
         "nothing acknowledged is lost; below the supervisor's grace period",
-    )  # fmt: skip
+    )
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
     parser.add_argument(
         "--no-create-topics", action="store_true", help="do not create missing topics at start-up"
@@ -325,7 +325,7 @@ def worker_argv(settings: Settings) -> list[str]:
         "--loglevel", settings.loglevel,
         "--log-format", settings.log_format,
         "--faust-loglevel", settings.faust_loglevel,
-    ]  # fmt: skip
+    ]
     if topics.decisions_partitions:
         argv += ["--decisions-partitions", str(topics.decisions_partitions)]
     if topics.deadletter_partitions:

@@ -78,15 +78,15 @@ def scripted_run(client: GuardClient, run_id: str, agent_id: str | None = None) 
     # floats and key order must hash the same locally and in the worker
     for i in range(2):
         step("search", {"q": "kafka", "limit": 10.0, "w": {"b": 1.5, "a": [1.0, 2]}},
-             {"content": [{"type": "text", "text": f"page {i}"}], "details": {"score": 0.5}})  # fmt: skip
+             {"content": [{"type": "text", "text": f"page {i}"}], "details": {"score": 0.5}})
     # a poll that never progresses
     for _ in range(6):
         step("process", {"action": "poll", "sessionId": "s1"},
-             {"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "pid": 7}})  # fmt: skip
+             {"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "pid": 7}})
     # sends whose only change is a fresh message id
     for i in range(4):
         step("message", {"action": "send", "to": "ops", "text": "deploy?"},
-             {"details": {"ok": True, "messageId": f"m{i}", "ts": 1000.5 + i}})  # fmt: skip
+             {"details": {"ok": True, "messageId": f"m{i}", "ts": 1000.5 + i}})
     # a tool that does not exist
     for _ in range(3):
         step("frobnicate", {"x": 1}, error='Unknown tool: "frobnicate"')
@@ -94,7 +94,7 @@ def scripted_run(client: GuardClient, run_id: str, agent_id: str | None = None) 
     for _ in range(7):
         step("exec", {"command": "make test"},
              {"content": [{"type": "text", "text": "FAIL"}],
-              "details": {"status": "completed", "exitCode": 1, "durationMs": 1234.5, "aggregated": "FAIL"}})  # fmt: skip
+              "details": {"status": "completed", "exitCode": 1, "durationMs": 1234.5, "aggregated": "FAIL"}})
     return verdicts
 
 
@@ -291,7 +291,7 @@ def test_recovers_after_broker_restart(kafka_lib):
         with EmulatedWorker(own.bootstrap, topics, TIGHT), GuardClient(
             own.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"],
             timeout=1.0, policy="fail_closed",
-        ) as client:  # fmt: skip
+        ) as client:
             assert client.check(client.tool_call("r-x", "exec", {"n": 0})).fallback is None
             own.stop(remove_data=False)
             down = client.check(client.tool_call("r-x", "exec", {"n": 1}))
@@ -313,7 +313,7 @@ def test_client_verdict_is_a_verdict():
 
 
 TIGHT_FILE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                          "globalCircuitBreakerThreshold": 6}}}  # fmt: skip
+                                          "globalCircuitBreakerThreshold": 6}}}
 
 
 @pytest.mark.skipif(not worker_command_exists(), reason="the `loopwarden worker` command does not exist yet")
@@ -326,7 +326,7 @@ def test_client_with_real_worker(broker, tmp_path):
     with RealWorker(broker.bootstrap, topics, tmp_path, "--config", str(config_file)) as worker, GuardClient(
         broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"],
         timeout=60, local_hashing=True,
-    ) as client:  # fmt: skip
+    ) as client:
         # the first check waits out the worker's start-up (group join, table recovery)
         first = client.check(client.tool_call("warmup", "read", {"path": "x"}))
         assert first.fallback is None, worker.log_tail()

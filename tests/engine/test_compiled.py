@@ -27,7 +27,7 @@ def _probe(tree: Path, **env: str) -> tuple[str, str]:
     done = subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree), **env}, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    )
     mode, loaded = done.stdout.splitlines()
     return mode, loaded
 

@@ -44,12 +44,12 @@ def test_every_global_field_is_read():
         enabled=True, historySize=12, warningThreshold=4, criticalThreshold=6, unknownToolThreshold=2,
         globalCircuitBreakerThreshold=9, detectors={"genericRepeat": False, "knownPollNoProgress": False,
         "pingPong": False}, postCompactionGuard={"windowSize": 5},
-    )).config.default  # fmt: skip
+    )).config.default
     assert cfg == LoopDetectionConfig(
         enabled=True, history_size=12, warning_threshold=4, critical_threshold=6, unknown_tool_threshold=2,
         global_circuit_breaker_threshold=9, generic_repeat=False, known_poll_no_progress=False, ping_pong=False,
         window_size=5,
-    )  # fmt: skip
+    )
 
 
 def test_enabled_false_is_kept_explicit():
@@ -68,7 +68,7 @@ def test_agent_merged_field_by_field_over_global():
          "detectors": {"genericRepeat": False, "pingPong": False}, "postCompactionGuard": {"windowSize": 4}},
         agent("safe", warningThreshold=3, detectors={"pingPong": True}),
         agent("guarded", postCompactionGuard={"windowSize": 2}, enabled=False),
-    )  # fmt: skip
+    )
     fleet = parse_config(doc).config
     safe = fleet.for_agent("safe")
     assert (safe.enabled, safe.history_size, safe.warning_threshold, safe.critical_threshold) == (True, 40, 3, 9)
@@ -155,7 +155,7 @@ def test_spec_example_message_exactly():
 @pytest.mark.parametrize(
     "field", ["historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
               "globalCircuitBreakerThreshold"],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("value", [0, -1, 2.5, "10", True, [3], {"n": 1}])
 def test_thresholds_must_be_positive_integers(field, value):
     assert refused(loop(**{field: value})).startswith(f"tools.loopDetection.{field}: expected a positive integer")

@@ -34,7 +34,7 @@ def test_plain_allow_verdict():
         "run_id": "r1", "seq": 1, "tool_call_id": "c1", "tool_name": "read", "decision": "allow",
         "level": "none", "detector": None, "count": 0, "message": None, "warning_key": None,
         "paired_tool_name": None, "error": None,
-    }  # fmt: skip
+    }
 
 
 def test_block_verdict_wire_shape():
@@ -81,7 +81,7 @@ def test_blocked_call_not_added_warned_and_allowed_are():
         if v.decision != "block":
             d.result("exec", result=SAME)
     assert sizes == [("allow", 1), ("allow", 2), ("allow", 3), ("warn", 4), ("allow", 5),
-                     ("block", 5), ("block", 5), ("block", 5)]  # fmt: skip
+                     ("block", 5), ("block", 5), ("block", 5)]
 
 
 def test_block_lifts_only_when_the_result_changes():
@@ -166,7 +166,7 @@ def test_run_end_twice_and_duplicate_run_end():
 
 def test_agent_id_from_first_event_that_carries_one():
     config = fleet(enabled=True, agents={"strict": {"warningThreshold": 2, "criticalThreshold": 3},
-                                         "lax": {"warningThreshold": 50}})  # fmt: skip
+                                         "lax": {"warningThreshold": 50}})
     d = Driver(config)
     d.step("read", {"p": 1}, res=txt(0))  # no agent id yet: default (warning 10)
     d.step("read", {"p": 1}, res=txt(1), agent="strict")  # this fixes the run's agent
@@ -270,7 +270,7 @@ def test_a_poll_that_left_the_history_is_still_hashed_as_a_poll():
     assert record.kind == KIND_PROCESS_POLL
     assert record.args_hash == expected_args_hash("process", poll)
     assert record.result_hash == sha({"action": "poll", "status": "running", "exitCode": None, "exitSignal": None,
-                                      "aggregated": None, "text": "..."})  # fmt: skip
+                                      "aggregated": None, "text": "..."})
 
 
 def test_unfinished_calls_are_bounded_and_freed_by_run_end():
@@ -431,7 +431,7 @@ def test_too_deep_is_the_reason_however_short_or_malformed(line):
 
 @settings(max_examples=400, deadline=None)
 @given(st.integers(240, 270), st.sampled_from([b"[", b'{"a":', b'[{"b":']), st.integers(0, 600),
-       st.sampled_from([_HEAD, b'{"type":"bogus","args":', b"", b'{"type":"run_end","args":']))  # fmt: skip
+       st.sampled_from([_HEAD, b'{"type":"bogus","args":', b"", b'{"type":"run_end","args":']))
 def test_decode_refuses_as_too_deep_exactly_when_too_deep(depth, opener, cut, head):
     """Short input is checked for depth only when it fails to decode: the
     reason given must be the same as when every input was checked first."""
@@ -460,7 +460,7 @@ def test_decode_refuses_as_too_deep_exactly_when_too_deep(depth, opener, cut, he
 def test_unpaired_surrogate_escapes_are_dropped_as_the_reference_drops_them(escaped, kept):
     """Valid JSON that no Unicode string can hold: the reference gateway drops
     unpaired surrogates from every string it hashes, and so does the decoder."""
-    line = '{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"s":"%s"}}' % escaped
+    line = '{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"s":"' + escaped + '"}}'
     event = decode_event(line.encode())
     assert event.args == {"s": kept}
     assert call_signature(event) == expected_args_hash("t", {"s": kept})
@@ -493,7 +493,7 @@ def test_ping_pong_through_engine():
     assert [(v.decision, v.detector, v.count) for v in verdicts] == [
         ("allow", None, 0), ("allow", None, 0), ("warn", "ping_pong", 3), ("allow", "ping_pong", 4),
         ("block", "ping_pong", 5),
-    ]  # fmt: skip
+    ]
     key = "pingpong:" + "|".join(sorted([expected_args_hash(*a), expected_args_hash(*b)]))
     assert {v.warning_key for v in verdicts[2:]} == {key}
     assert [v.paired_tool_name for v in verdicts[2:]] == ["exec", "read", "exec"]

@@ -44,7 +44,7 @@ def test_aborts_after_window_size_identical_triples():
     assert abort.seq == 7 and abort.tool_call_id == "k3" and abort.tool_name == "exec"
     assert (abort.decision, abort.level, abort.detector, abort.error) == (
         "abort", "critical", "compaction_loop_persisted", "compaction_loop_persisted",
-    )  # fmt: skip
+    )
     assert abort.count == 3
     assert "exec" in abort.message and "3" in abort.message
     assert abort.warning_key is None and abort.paired_tool_name is None
@@ -171,7 +171,7 @@ def test_abort_is_sticky():
     later = d.call("read", {"something": "else"})
     assert (later.decision, later.level, later.detector, later.error) == (
         "abort", "critical", "compaction_loop_persisted", "compaction_loop_persisted",
-    )  # fmt: skip
+    )
     assert later.tool_name == "read" and later.seq == 8
     assert later.count == abort.count and later.message == abort.message
     # results after the abort produce nothing, and a compaction does not re-arm

@@ -286,7 +286,7 @@ def test_classification_of_polls_and_sends():
     assert classify("process", {"action": "kill"}) == KIND_OTHER
     assert classify("sessions_send", {}) == KIND_VOLATILE_SEND
     for action in ["send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment",
-                   "upload-file", "sticker", "poll"]:  # fmt: skip
+                   "upload-file", "sticker", "poll"]:
         assert classify("message", {"action": action}) == KIND_VOLATILE_SEND, action
     assert classify("message", {"action": "read"}) == KIND_OTHER
     assert classify("exec", {"action": "poll"}) == KIND_OTHER
@@ -305,7 +305,7 @@ def test_process_poll_hashes_listed_fields_and_text():
 
 
 LOG_BASE = {"status": "running", "totalLines": 10, "totalChars": 200, "truncated": False, "exitCode": None,
-            "exitSignal": None}  # fmt: skip
+            "exitSignal": None}
 
 
 def test_process_log_hashes_listed_fields_and_text():
@@ -313,7 +313,7 @@ def test_process_log_hashes_listed_fields_and_text():
     base = outcome("process", args, exec_result({**LOG_BASE, **META_A}, "t"))
     assert base == outcome("process", args, exec_result({**LOG_BASE, **META_B, "aggregated": "not a log field"}, "t"))
     changes = [("status", "exited"), ("totalLines", 11), ("totalChars", 201), ("truncated", True), ("exitCode", 1),
-               ("exitSignal", "SIGKILL")]  # fmt: skip
+               ("exitSignal", "SIGKILL")]
     for key, value in changes:
         assert outcome("process", args, exec_result({**LOG_BASE, key: value}, "t")) != base, key
     assert outcome("process", args, exec_result(LOG_BASE, "other text")) != base
@@ -326,7 +326,7 @@ VOLATILE = {
     "platformMessageIds": ["p1"], "fileId": "f1", "file_id": "f1", "fileKey": "k1", "pollId": "q1",
     "poll_id": "q1", "receipt": {"r": 1}, "runId": "run1", "idempotencyKey": "i1", "ts": 1, "timestamp": 2,
     "sentAt": "t", "deliveredAt": "t", "createdAt": "t",
-}  # fmt: skip
+}
 
 
 def send(details, text="sent"):
@@ -337,7 +337,7 @@ def send(details, text="sent"):
     ("tool", "args"),
     [("sessions_send", {"sessionKey": "x", "message": "hi"}), ("message", {"action": "send", "to": "u"}),
      ("message", {"action": "thread-reply"}), ("message", {"action": "poll"})],
-)  # fmt: skip
+)
 def test_sending_tools_hash_details_without_volatile_fields(tool, args):
     stable = {"status": "ok", "channel": "c1"}
     hashed = outcome(tool, args, send({**stable, **VOLATILE}))

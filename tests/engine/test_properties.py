@@ -35,7 +35,7 @@ CONFIG: FleetConfig = parse_config(
             {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
         ]},
     }
-).config  # fmt: skip
+).config
 
 RUNS = ["r1", "r2", "r3"]
 CALLS = [
@@ -66,7 +66,7 @@ step = st.one_of(
     call_step, loop_step, call_step, loop_step, orphan_step,
     st.tuples(st.just("compaction"), st.sampled_from(RUNS)),
     st.tuples(st.just("run_end"), st.sampled_from(RUNS)),
-)  # fmt: skip
+)
 
 
 @st.composite
@@ -91,18 +91,18 @@ def event_streams(draw, max_steps=25) -> list[bytes]:
         if kind == "call":
             tool, args = CALLS[action[2]]
             body = {"type": "tool_call", "run_id": run, "seq": nxt(run), "tool_call_id": f"c{n}", "tool_name": tool,
-                    "args": args}  # fmt: skip
+                    "args": args}
             if action[4]:
                 body["agent_id"] = action[4]
             lines.append(json.dumps(body).encode())
             outcome = OUTCOMES[action[3]]
             if outcome is not None:
                 lines.append(json.dumps({"type": "tool_result", "run_id": run, "seq": nxt(run), "tool_call_id": f"c{n}",
-                                         "tool_name": tool, **outcome}).encode())  # fmt: skip
+                                         "tool_name": tool, **outcome}).encode())
         elif kind == "orphan":
             tool, args = CALLS[action[2]]
             lines.append(json.dumps({"type": "tool_result", "run_id": run, "seq": nxt(run), "tool_call_id": f"o{n}",
-                                     "tool_name": tool, "args": args, **(OUTCOMES[action[3]] or {})}).encode())  # fmt: skip
+                                     "tool_name": tool, "args": args, **(OUTCOMES[action[3]] or {})}).encode())
         else:
             lines.append(json.dumps({"type": kind, "run_id": run, "seq": nxt(run)}).encode())
     return lines
@@ -199,8 +199,8 @@ def test_state_round_trip_is_exact_mid_loop():
             json.dumps({"type": t, "run_id": "r1", "seq": s, "tool_call_id": f"c{s // 2}", "tool_name": "exec",
                         "args": {"command": "make"},
                         **({"result": {"content": [{"type": "text", "text": "x"}]}} if t == "tool_result" else {})}
-                       ).encode()  # fmt: skip
-            for s, t in zip(range(2, 12), ["tool_call", "tool_result"] * 5)
+                       ).encode()
+            for s, t in zip(range(2, 12), ["tool_call", "tool_result"] * 5, strict=True)
         ],
     ]
     state = None

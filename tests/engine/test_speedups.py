@@ -65,7 +65,7 @@ def test_answers_exactly_what_the_definition_gives_or_declines(value: Any) -> No
     lambda inner: st.lists(inner, max_size=5)
     | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=8), inner, max_size=6),
     max_leaves=30,
-))  # fmt: skip
+))
 def test_answers_every_ordinary_payload(value: Any) -> None:
     """What a decoded payload usually holds is never sent to the slow path."""
     assert speedups.stable_json(value) == python_stable_json(value)
@@ -127,14 +127,14 @@ def test_pure_python_path_passes_the_engine_suites() -> None:
         "engine/test_stablejson.py", "engine/test_hashing.py", "engine/test_properties.py",
         "tools/test_replay_cli.py", "engine/test_engine.py", "engine/test_detectors.py",
         "engine/test_guard.py", "engine/test_warnings.py",
-    ]  # fmt: skip
+    ]
     assert subprocess.run(
         [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env
     ).returncode == 0
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
         cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
 

@@ -149,7 +149,7 @@ def test_float_literals_spelled_as_javascript_prints_their_value(text):
         ("0.30000000000000001", "0.3"), ("1.0000000000000001", "1"), ("9007199254740993.0", "9007199254740992"),
         ("1E2", "100"), ("1e21", "1e+21"), ("1e999", '"Infinity"'),
     ],
-)  # fmt: skip
+)
 def test_float_literal_edges(text, js):
     assert bytes(FLOAT_HOOK(text)).decode() == js
     assert stable_json(decode_payload(f"[{text}]".encode())) == f"[{js}]".encode()

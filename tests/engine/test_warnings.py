@@ -9,7 +9,7 @@ from streams.engine.warnings import should_deliver
 def test_first_warning_delivered_then_only_when_count_div_10_rises():
     buckets: dict[str, int] = {}
     got = [should_deliver(buckets, "k", count) for count in range(3, 32)]
-    delivered = [count for count, ok in zip(range(3, 32), got) if ok]
+    delivered = [count for count, ok in zip(range(3, 32), got, strict=True) if ok]
     assert delivered == [3, 10, 20, 30]
 
 
@@ -59,7 +59,7 @@ def test_engine_delivers_first_and_every_tenth():
         if i < 3:
             assert (v.decision, v.level, v.detector, v.count, v.warning_key, v.message) == (
                 "allow", "none", None, 0, None, None,
-            )  # fmt: skip
+            )
         else:
             assert v.level == "warning" and v.detector == "generic_repeat"
             assert v.count == i and v.warning_key == key

@@ -73,7 +73,7 @@ def audit_cli(broker, topics, *extra: str) -> list[str]:
     return [
         "audit", "--bootstrap", broker.bootstrap, "--events-topic", topics["events"],
         "--decisions-topic", topics["decisions"], "--wait", "1s", *extra,
-    ]  # fmt: skip
+    ]
 
 
 def group_ids(bootstrap: str) -> set[str]:
@@ -185,15 +185,15 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
     compared; a run that starts after it is audited exactly."""
     topics = make_topics(broker.bootstrap, partitions=1)
     tight = FleetConfig(default=LoopDetectionConfig(enabled=True, warning_threshold=3, critical_threshold=5,
-                                                    global_circuit_breaker_threshold=6))  # fmt: skip
+                                                    global_circuit_breaker_threshold=6))
 
     def run(run_id: str, first: int, n: int) -> list[bytes]:
         out = []
         for i in range(first, first + n):
             out.append(json.dumps({"type": "tool_call", "run_id": run_id, "seq": 2 * i, "tool_call_id": f"c{i}",
-                                   "tool_name": "exec", "args": {"c": "make"}}).encode())  # fmt: skip
+                                   "tool_name": "exec", "args": {"c": "make"}}).encode())
             out.append(json.dumps({"type": "tool_result", "run_id": run_id, "seq": 2 * i + 1, "tool_call_id": f"c{i}",
-                                   "tool_name": "exec", "result": {"content": [{"type": "text", "text": "x"}]}}).encode())  # fmt: skip
+                                   "tool_name": "exec", "result": {"content": [{"type": "text", "text": "x"}]}}).encode())
         return out
 
     with EmulatedWorker(broker.bootstrap, topics, tight) as worker:
@@ -206,7 +206,7 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
         wait_processed(worker, 8 + 6 + 14)
     config_file = tmp_path / "tight.json"
     config_file.write_text(json.dumps({"tools": {"loopDetection": {
-        "enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 6}}}))  # fmt: skip
+        "enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 6}}}))
     args = audit_cli(broker, topics, "--since", str(since), "--config", str(config_file))
     code = cli_main(args)
     out = capsys.readouterr().out
@@ -215,7 +215,7 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
     assert "recomputed: 7 verdicts for 1 runs" in out
     # recomputing "old" from the point would have been wrong: its history is before it
     wrong = run_audit(broker.bootstrap, tight, since_ms=since, events_topic=topics["events"],
-                      decisions_topic=topics["decisions"], wait=0, first_seq=100)  # fmt: skip
+                      decisions_topic=topics["decisions"], wait=0, first_seq=100)
     assert wrong.mismatches and {m.run_id for m in wrong.mismatches} == {"old"}
     # --run narrows the audit to one run
     assert cli_main(audit_cli(broker, topics, "--run", "new", "--config", str(config_file))) == 0
@@ -264,7 +264,7 @@ def test_audit_real_worker(broker, tmp_path, capsys):
         while time.monotonic() < deadline:
             assert worker.alive(), worker.log_tail()
             report = run_audit(broker.bootstrap, load_config(SAMPLE_CONFIG).config,
-                               events_topic=topics["events"], decisions_topic=topics["decisions"], wait=0)  # fmt: skip
+                               events_topic=topics["events"], decisions_topic=topics["decisions"], wait=0)
             if report.ok:
                 break
             time.sleep(1)
@@ -278,7 +278,7 @@ def test_audit_real_worker(broker, tmp_path, capsys):
             while True:
                 before = admin.list_group_offsets(worker.app_id)
                 committed = {tp.partition: om.offset for tp, om in before.get(worker.app_id, {}).items()
-                             if tp.topic == topics["events"]}  # fmt: skip
+                             if tp.topic == topics["events"]}
                 if committed == ends:
                     break
                 assert time.monotonic() < deadline, (committed, ends)

@@ -89,7 +89,7 @@ def test_ping_pong_count_and_evidence():
     for i in range(8):
         tool, path = ("read", "a") if i % 2 == 0 else ("write", "b")
         events.append({"type": "tool_call", "run_id": "pp", "seq": 2 * i, "tool_call_id": f"c{i}", "tool_name": tool, "args": {"p": path}})
-        events.append({"type": "tool_result", "run_id": "pp", "seq": 2 * i + 1, "tool_call_id": f"c{i}", "tool_name": tool, "result": {"content": [{"type": "text", "text": path}]}})  # fmt: skip
+        events.append({"type": "tool_result", "run_id": "pp", "seq": 2 * i + 1, "tool_call_id": f"c{i}", "tool_name": tool, "result": {"content": [{"type": "text", "text": path}]}})
     steps, _ = explain(lines(events), "pp", TIGHT)
     calls = [s for s in steps if s.type == "tool_call"]
     assert [s.measures.ping_pong for s in calls][:5] == [0, 0, 3, 4, 5]

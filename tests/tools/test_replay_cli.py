@@ -14,7 +14,7 @@ from streams.engine import apply
 from streams.tools.replay import replay
 
 LOW_CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                          "globalCircuitBreakerThreshold": 7}}}  # fmt: skip
+                                          "globalCircuitBreakerThreshold": 7}}}
 
 
 def ev(kind, run, seq, **fields):
@@ -23,7 +23,7 @@ def ev(kind, run, seq, **fields):
 
 def tc(run, seq, tool="exec", args=None, cid=None):
     return ev("tool_call", run, seq, tool_call_id=cid or f"{run}-{seq}", tool_name=tool,
-              args=args if args is not None else {"command": "ls"})  # fmt: skip
+              args=args if args is not None else {"command": "ls"})
 
 
 def tr(run, seq, cid, text="same", tool="exec"):
@@ -68,7 +68,7 @@ def expected_output(lines, config) -> bytes:
 
 def test_verdicts_in_order_exit_0(tmp_path, config_file):
     r1, r2 = loop_lines("r1", 6), loop_lines("r2", 6)
-    lines = [line for pair in zip(r1, r2) for line in pair]
+    lines = [line for pair in zip(r1, r2, strict=True) for line in pair]
     events = write(tmp_path, "events.jsonl", "\n".join(lines) + "\n")
     proc = run_cli("--config", str(config_file), str(events))
     assert proc.returncode == 0, proc.stderr
@@ -103,7 +103,7 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path, config
         good[2], good[3],
         json.dumps({"type": "tool_call", "seq": 60, "tool_call_id": "x", "tool_name": "t"}),  # line 8
         *good[4:],
-    ]  # fmt: skip
+    ]
     events = write(tmp_path, "e.jsonl", "\n".join(lines) + "\n")
     proc = run_cli("--config", str(config_file), str(events))
     assert proc.returncode == 1
@@ -157,7 +157,7 @@ def test_abort_from_tool_result_is_written_in_order(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(x) for x in proc.stdout.splitlines()]
     assert [(v["seq"], v["decision"]) for v in out] == [(2, "allow"), (4, "allow"), (6, "allow"), (7, "abort"),
-                                                        (8, "abort")]  # fmt: skip
+                                                        (8, "abort")]
     assert out[3]["error"] == "compaction_loop_persisted"
 
 

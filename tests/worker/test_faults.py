@@ -135,7 +135,7 @@ class Tail:
             bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=self.group is not None,
             auto_offset_reset="earliest", allow_auto_create_topics=False, isolation_level="read_committed",
             reconnect_backoff_max_ms=500,
-        )  # fmt: skip
+        )
         try:
             partitions = None
             while not partitions and not self._stop.is_set():
@@ -202,7 +202,7 @@ class Tail:
         return min(later) if later else None
 
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str,
-             workers: Sequence[Worker] = ()) -> float:  # fmt: skip
+             workers: Sequence[Worker] = ()) -> float:
         """Wait until ``predicate()``; return the monotonic time it held."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -325,9 +325,11 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
                 again = incarnation(broker.bootstrap, case.t, tmp_path, "w", len(case.workers), config=case.config)
                 case.workers.append(again.start())
                 resumed = case.tail.wait(
-                    lambda: case.tail.new_since(restarted) is not None or case.tail.distinct() >= len(case.expected),
+                    lambda restarted=restarted: (
+                        case.tail.new_since(restarted) is not None or case.tail.distinct() >= len(case.expected)
+                    ),
                     120, "first new verdict after restart", case.workers[-1:],
-                )  # fmt: skip
+                )
                 first_new = case.tail.new_since(restarted)
                 kills.append({"killed_at_verdicts": at, "recovery_s": round((first_new or resumed) - restarted, 2)})
             done = case.tail.wait_distinct(len(case.expected), 120, case.workers[-1:])
@@ -340,7 +342,7 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
     record_figures(
         "sigkill_mid_trace", fault="SIGKILL x2 mid-trace, restart same data dir", events=len(case.lines), **figures,
         kills=kills, recovery_s=max(k["recovery_s"] for k in kills), total_s=round(done - started, 1),
-    )  # fmt: skip
+    )
 
 
 def test_crash_after_state_written_redelivers_only_duplicates(broker, tmp_path: Path) -> None:
@@ -379,7 +381,7 @@ def test_crash_after_state_written_redelivers_only_duplicates(broker, tmp_path: 
         events=len(case.lines), **figures, redelivered=redelivered["events"],
         recognised_duplicates=redelivered["duplicates"],
         recovery_s=round(recovery, 2),
-    )  # fmt: skip
+    )
 
 
 # -- (2) producer retries -----------------------------------------------------
@@ -416,7 +418,7 @@ def test_producer_retries_same_seq_twice(broker, tmp_path: Path) -> None:
         "producer_retries", fault="same events published twice (same seq)", events=len(stream),
         events_resent=len(stream) - len(case.lines), **figures, worker_duplicates=counts["duplicates"],
         total_s=round(done - started, 1),
-    )  # fmt: skip
+    )
 
 
 # -- (4) rebalance: a worker joins, then one leaves ----------------------------
@@ -452,7 +454,7 @@ def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
         left_at = time.monotonic()
         assert a.stop() == 0  # a leaves the group while events flow
         b_only = case.tail.wait(lambda: bool(b.assignments()) and b.assignments()[-1] == set(range(6)), 90,
-                                "b owning every partition", [b])  # fmt: skip
+                                "b owning every partition", [b])
         feeder.join()
         done = case.tail.wait_distinct(len(case.expected), 120, [b])
         time.sleep(1.0)
@@ -466,7 +468,7 @@ def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
         processed_by=per_worker, join_rebalance_s=round(balanced - joined_at, 2),
         leave_rebalance_s=round(b_only - left_at, 2), recovery_s=round(max(balanced - joined_at, b_only - left_at), 2),
         total_s=round(done - started, 1),
-    )  # fmt: skip
+    )
 
 
 # -- (5) RocksDB folder deleted -----------------------------------------------
@@ -501,7 +503,7 @@ def test_rocksdb_deleted_state_rebuilt_from_changelog(broker, tmp_path: Path) ->
         "rocksdb_deleted", fault="data dir deleted while stopped; restore from changelog", events=len(case.lines),
         **figures, rocksdb_files_deleted=had, recovery_s=round(resumed - restarted, 2),
         total_s=round(done - restarted, 1),
-    )  # fmt: skip
+    )
 
 
 # -- (6) broker restart -------------------------------------------------------
@@ -543,7 +545,7 @@ def test_broker_restart_mid_trace(own_broker: LocalBroker, tmp_path: Path) -> No
         "broker_restart", fault="broker restarted mid-trace (same port)", events=len(case.lines), **figures,
         restarted_at_verdicts=at, broker_down_s=round(up - down, 2), recovery_s=round(resumed - up, 2),
         total_s=round(done - down, 1),
-    )  # fmt: skip
+    )
 
 
 # -- (7) slow consumer --------------------------------------------------------
@@ -573,7 +575,7 @@ def test_slow_decision_consumer_paused_then_resumed(broker, tmp_path: Path) -> N
     record_figures(
         "slow_consumer", fault="decision consumer paused until the worker finished, then resumed",
         events=len(case.lines), **figures, recovery_s=round(done - resumed, 2),
-    )  # fmt: skip
+    )
 
 
 # -- (8) SIGTERM during start-up ----------------------------------------------
@@ -625,7 +627,7 @@ def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> 
     record_figures(
         f"sigterm_during_startup_{moment}", fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
         events=len(case.lines), **figures, exit_code=code,
-    )  # fmt: skip
+    )
 
 
 # -- (9) a stop that outlasts --stop-timeout ----------------------------------
@@ -645,4 +647,4 @@ def test_overdue_stop_exits_1_and_loses_nothing(broker, tmp_path: Path) -> None:
         finish_on_restart(broker.bootstrap, case, tmp_path)
     figures = case.check()
     record_figures("overdue_stop", fault="SIGTERM with --stop-timeout 1ms, then restart", events=len(case.lines),
-                   **figures, exit_code=code)  # fmt: skip
+                   **figures, exit_code=code)

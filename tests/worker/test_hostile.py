@@ -44,7 +44,7 @@ def _event(**fields: Any) -> bytes:
 
 def _deep(depth: int, inner: bytes = b"1") -> bytes:
     return (b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-            + b"[" * depth + inner + b"]" * depth + b"}")  # fmt: skip
+            + b"[" * depth + inner + b"]" * depth + b"}")
 
 
 def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
@@ -82,7 +82,7 @@ def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
         ("key is not the run_id", _event(run_id="other"), b"bad", "key_mismatch"),
         ("no key", _event(), None, "key_mismatch"),
         ("Kafka key of 1 MB", _event(), b"k" * 1_000_000, "key_mismatch"),
-    ]  # fmt: skip
+    ]
 
 
 def valid_specials() -> list[tuple[str, bytes]]:
@@ -98,7 +98,7 @@ def valid_specials() -> list[tuple[str, bytes]]:
          _event(run_id="inf", args={"x": 0}).replace(b'"x":0', b'"x":1e999')),
         ("lone surrogate escape in args (a string cut through an emoji)",
          _event(run_id="surrogate", args={"s": "cut \ud83d"})),
-    ]  # fmt: skip
+    ]
 
 
 def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
@@ -171,7 +171,7 @@ def test_hostile_inputs_through_the_worker(broker, tmp_path: Path) -> None:
         "hostile_inputs", fault="hostile events interleaved with a valid trace, real worker",
         events=len(stream), hostile=len(bad), dead_lettered=len(dead), odd_valid=len(odd), **figures,
         worker_exits=0, total_s=round(done - started, 1), kinds=kinds,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.integration
@@ -231,7 +231,7 @@ def test_ten_megabyte_event_limits_along_the_path(broker, tmp_path: Path) -> Non
     record_figures(
         "ten_megabyte_event", fault="10 MB args; 2 MiB args; ~1 MiB args", events=3 + len(after), **figures,
         refused_by=refused, largest_accepted_bytes=len(largest), dead_lettered=1, deadletter_failed=1,
-    )  # fmt: skip
+    )
 
 
 # -- config safety -------------------------------------------------------------
@@ -246,7 +246,7 @@ BAD_CONFIGS = [
     ({"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"bogus": 1}}}]}},
      "agents.list[0].tools.loopDetection.bogus"),
     ({"tools": {"loopDetection": {"enabled": "true"}}}, "tools.loopDetection.enabled"),
-]  # fmt: skip
+]
 
 
 def test_bad_configs_refuse_to_start_with_the_path(tmp_path: Path) -> None:
@@ -265,7 +265,7 @@ def test_bad_configs_refuse_to_start_with_the_path(tmp_path: Path) -> None:
             [*LOOPWARDEN, "worker", "--bootstrap", "127.0.0.1:1", "--config", str(file),
              "--data-dir", str(tmp_path / f"d{i}")],
             capture_output=True, text=True, cwd=REPO, timeout=120,
-        )  # fmt: skip
+        )
         return proc.returncode, proc.stderr, path
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -277,7 +277,7 @@ def test_bad_configs_refuse_to_start_with_the_path(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=path.replace("[", r"\[").replace("]", r"\]")):
             load_config(_write(tmp_path / "direct.json", doc))
     record_figures("config_safety", fault="bad config at start-up", events=0, lost=0, double_counted=0,
-                   refused_by_cli=len(results), refused_by_loader=len(BAD_CONFIGS), exit_code=2)  # fmt: skip
+                   refused_by_cli=len(results), refused_by_loader=len(BAD_CONFIGS), exit_code=2)
 
 
 def _write(path: Path, doc: Any) -> Path:
@@ -290,7 +290,7 @@ def _write(path: Path, doc: Any) -> Path:
 SCALE_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "historySize": 30, "warningThreshold": 10, "criticalThreshold": 20,
                                 "globalCircuitBreakerThreshold": 30, "postCompactionGuard": {"windowSize": 3}}}
-}  # fmt: skip
+}
 
 
 def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
@@ -313,18 +313,18 @@ def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
             tool, args = "exec", {"command": f"make {i // 50}"}
         seq += 1
         call = {"type": "tool_call", "run_id": "long", "seq": seq, "tool_call_id": f"c{i}", "tool_name": tool,
-                "args": args}  # fmt: skip
+                "args": args}
         outcome = apply(state, decode_event(encoder.encode(call)), config)
         state = outcome.state
         verdicts += len(outcome.verdicts)
         seq += 1
         result = {"type": "tool_result", "run_id": "long", "seq": seq, "tool_call_id": f"c{i}", "tool_name": tool,
-                  "result": {"content": [{"type": "text", "text": f"out {rng.randrange(3)}"}]}}  # fmt: skip
+                  "result": {"content": [{"type": "text", "text": f"out {rng.randrange(3)}"}]}}
         state = apply(state, decode_event(encoder.encode(result)), config).state
         if i % 5000 == 4999:
             seq += 1
             state = apply(state, decode_event(encoder.encode({"type": "compaction", "run_id": "long", "seq": seq})),
-                          config).state  # fmt: skip
+                          config).state
         max_history = max(max_history, len(state.history))
         max_keys = max(max_keys, len(state.warning_buckets))
         max_window = max(max_window, len(state.guard_window))
@@ -338,20 +338,20 @@ def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
     assert max(steady) <= 1.1 * max(sizes[: max(1, len(sizes) // 10)]) + 64 * MAX_KEYS, sizes
     return {"calls": calls, "events": seq, "max_history": max_history, "max_warning_keys": max_keys,
             "max_guard_window": max_window, "state_bytes_first": sizes[0], "state_bytes_max": max(sizes),
-            "state_bytes_last": sizes[-1], "seconds": round(elapsed, 1)}  # fmt: skip
+            "state_bytes_last": sizes[-1], "seconds": round(elapsed, 1)}
 
 
 def test_long_run_state_is_bounded(tmp_path: Path) -> None:
     figures = _one_long_run(100_000, tmp_path)
     record_figures("long_run_100k_calls", fault="one run, 100,000 tool calls (engine)", lost=0, double_counted=0,
-                   **figures)  # fmt: skip
+                   **figures)
 
 
 @pytest.mark.heavy
 def test_long_run_state_is_bounded_million(tmp_path: Path) -> None:
     figures = _one_long_run(1_000_000, tmp_path)
     record_figures("long_run_1M_calls", fault="one run, 1,000,000 tool calls (engine)", lost=0, double_counted=0,
-                   **figures)  # fmt: skip
+                   **figures)
 
 
 def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float) -> dict[str, Any]:
@@ -367,7 +367,7 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
         for i in range(runs):
             run_id = f"m{i:07d}"
             producer.send(t["events"], key=run_id.encode(), value=b'{"type":"tool_call","run_id":"%s","seq":1,'
-                          b'"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}' % (run_id.encode(), i))  # fmt: skip
+                          b'"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}' % (run_id.encode(), i))
         producer.flush()
     finally:
         producer.close()
@@ -385,7 +385,7 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
     return {"runs": runs, "events": runs, "verdicts": counts["verdicts"], "expired": counts["expired"],
             "lost": 0, "double_counted": 0, "produce_s": round(produced - started, 1),
             "process_s": round(processed - produced, 1), "all_expired_after_s": round(expired_at - processed, 1),
-            "rocksdb_dir_bytes_at_end": rocks_bytes}  # fmt: skip
+            "rocksdb_dir_bytes_at_end": rocks_bytes}
 
 
 @pytest.mark.integration

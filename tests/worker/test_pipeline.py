@@ -63,7 +63,7 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
         [*LOOPWARDEN, "topics", "create", "--bootstrap", broker.bootstrap, "--partitions", "4",
          "--events-topic", t["events"], "--decisions-topic", t["decisions"], "--deadletter-topic", t["deadletter"]],
         capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    )
     assert create.returncode == 0, create.stderr
     assert f"created {t['events']} (4 partitions)" in create.stdout
     trace = tmp_path / "trace.jsonl"
@@ -71,7 +71,7 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
     sent = subprocess.run(
         [*LOOPWARDEN, "produce", "--bootstrap", broker.bootstrap, "--topic", t["events"], str(trace)],
         capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    )
     assert sent.returncode == 0, sent.stderr
 
     with Worker(broker.bootstrap, t, tmp_path, "w1", config=config) as worker:
@@ -183,7 +183,7 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
     _topics(broker, t, 2)
     valid = make_trace(runs=3, events_per_run=10, seed=4, prefix="ok")
     huge = json.dumps({"type": "tool_call", "run_id": "big", "seq": 1, "tool_call_id": "c", "tool_name": "t",
-                       "args": {"blob": "x" * 20_000}}).encode()  # fmt: skip
+                       "args": {"blob": "x" * 20_000}}).encode()
     call = {"type": "tool_call", "run_id": "bad", "seq": 1, "tool_call_id": "c1", "tool_name": "exec"}
     bad: list[tuple[bytes, bytes | None, str]] = [
         (b"this is not json", b"bad", "not_json"),
@@ -197,7 +197,7 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
         (json.dumps({**call, "seq": 2**70}).encode(), b"bad", "invalid"),
         (huge, b"big", "too_large"),
         (json.dumps({**call, "run_id": "other"}).encode(), b"bad", "key_mismatch"),
-    ]  # fmt: skip
+    ]
     # Bad events between the valid ones: every valid event is still processed.
     stream: list[tuple[bytes, bytes | None]] = []
     for i, line in enumerate(valid):
@@ -215,7 +215,7 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
     expected = reference([line for line, _ in stream if line not in refused], config)
 
     worker = Worker(broker.bootstrap, t, tmp_path, "w", config=config, partitions=2,
-                    extra=["--max-event-bytes", "10000", "--ttl", "2s", "--sweep-interval", "0.5s"])  # fmt: skip
+                    extra=["--max-event-bytes", "10000", "--ttl", "2s", "--sweep-interval", "0.5s"])
     with worker:
         produce(broker.bootstrap, t["events"], [line for line, _ in stream], keys=[key for _, key in stream])
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=60, settle=0.5)
@@ -233,7 +233,7 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
             assert headers["loopwarden.source.topic"] == t["events"]
             assert int(headers["loopwarden.source.offset"]) >= 0
         worker.wait_for(lambda: int((worker.lines("summary") or [{}])[-1].get("deadlettered", 0)) == len(bad),
-                        15, "dead letters counted")  # fmt: skip
+                        15, "dead letters counted")
         assert len(worker.lines("deadletter")) == len(bad)
 
         # The TTL: once expired, seq 1 of "ttl" is a new run's first call.
@@ -249,7 +249,7 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
         [*LOOPWARDEN, "tail", "--bootstrap", broker.bootstrap, "--deadletter", "--deadletter-topic", t["deadletter"],
          "--from-beginning", "--max", str(len(bad)), "--timeout", "30s"],
         capture_output=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    )
     assert cli.returncode == 0, cli.stderr
     shown = [json.loads(line) for line in cli.stdout.splitlines()]
     assert {entry["kind"] for entry in shown} == {kind for _, _, kind in bad}
@@ -265,7 +265,7 @@ def test_bad_config_refuses_to_start(tmp_path: Path) -> None:
     proc = subprocess.run(
         [*LOOPWARDEN, "worker", "--bootstrap", "127.0.0.1:1", "--config", str(bad), "--data-dir", str(tmp_path / "d")],
         capture_output=True, text=True, cwd=REPO, timeout=60,
-    )  # fmt: skip
+    )
     assert proc.returncode == 2
     assert "tools.loopDetection.warningThreshold" in proc.stderr
     assert time.monotonic() - started < 30
@@ -281,7 +281,7 @@ def test_exactly_once_matches_replay(broker, tmp_path: Path) -> None:
     _topics(broker, t, 4)
     produce(broker.bootstrap, t["events"], lines)
     worker = Worker(broker.bootstrap, t, tmp_path, "eos", config=config,
-                    extra=["--processing-guarantee", "exactly_once"])  # fmt: skip
+                    extra=["--processing-guarantee", "exactly_once"])
     with worker:
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
         assert "event=fatal" not in worker.log()

@@ -52,7 +52,7 @@ def test_worker_argv_reproduces_every_setting() -> None:
     settings = parse(
         "--batch-size", "500", "--flush-interval", "75ms", "--max-in-flight", "900", "--linger", "0",
         "--ttl", "2h", "--standby-replicas", "0", "--commit-interval", "1s", "--web-port", "7001",
-    )  # fmt: skip
+    )
     again = parse(*worker_argv(settings))
     assert again == settings
     assert (again.batch_size, again.flush_interval, again.max_in_flight) == (500, 0.075, 900)
