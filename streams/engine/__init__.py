@@ -1,7 +1,8 @@
 """The pure loop-detection engine: no Kafka, no clock, no globals.
 
-`apply(state, event, config) -> (state, verdicts)` is all there is; the Faust
-agent, `loopwarden replay` and the audit tools all call it.
+`apply(state, event, config) -> Outcome` is all there is: the run's new state
+and its verdicts, plus what the operator log and the counters need. The
+stream worker, `loopwarden replay` and the audit tools all call it.
 """
 
 from streams.engine.compiled import MODE
