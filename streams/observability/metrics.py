@@ -89,57 +89,37 @@ class WorkerMetrics:
         #: consumer positions are only kept then.
         self.scraped = scraped
         self.registry = registry = CollectorRegistry()
-        self.events = Counter(
-            "loopwarden_events",
-            "Events applied by the engine, by event type (duplicates included).",
-            ["type"],
-            registry=registry,
-        )
-        self.verdicts = Counter(
-            "loopwarden_verdicts",
+
+        def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"loopwarden_{name}", help, labels, registry=registry)
+
+        self.events = counter("events", "Events applied by the engine, by event type (duplicates included).", ("type",))
+        self.verdicts = counter(
+            "verdicts",
             'Verdicts published, by decision and detector ("none" when no detector fired).',
-            ["decision", "detector"],
-            registry=registry,
+            ("decision", "detector"),
         )
-        self.deadletters = Counter(
-            "loopwarden_deadletter",
+        self.deadletters = counter(
+            "deadletter",
             "Malformed events sent to the dead-letter topic, by kind of refusal (not_json, invalid, ...).",
-            ["kind"],
-            registry=registry,
+            ("kind",),
         )
-        self.duplicates = Counter(
-            "loopwarden_duplicates",
-            "Events dropped as duplicates (seq not above the run's last seq).",
-            registry=registry,
-        )
-        self.guard_armed = Counter(
-            "loopwarden_guard_armed", "Compactions that armed the post-compaction guard.", registry=registry
-        )
-        self.deadletter_failed = Counter(
-            "loopwarden_deadletter_failed",
+        self.duplicates = counter("duplicates", "Events dropped as duplicates (seq not above the run's last seq).")
+        self.guard_armed = counter("guard_armed", "Compactions that armed the post-compaction guard.")
+        self.deadletter_failed = counter(
+            "deadletter_failed",
             "Malformed events that could not be dead-lettered either (they stay only in their source topic).",
-            registry=registry,
         )
-        self.expired = Counter("loopwarden_expired", "Runs expired after the idle TTL.", registry=registry)
-        self.states_unreadable = Counter(
-            "loopwarden_states_unreadable",
-            "Stored run states this version cannot read (the run starts afresh).",
-            registry=registry,
+        self.expired = counter("expired", "Runs expired after the idle TTL.")
+        self.states_unreadable = counter(
+            "states_unreadable", "Stored run states this version cannot read (the run starts afresh)."
         )
-        self.states_reset = Counter(
-            "loopwarden_states_reset",
-            "Run states too large to store (only the last seq is kept).",
-            registry=registry,
+        self.states_reset = counter("states_reset", "Run states too large to store (only the last seq is kept).")
+        self.verdicts_shrunk = counter(
+            "verdicts_shrunk", "Verdicts too large for one message, sent with their long fields shortened."
         )
-        self.verdicts_shrunk = Counter(
-            "loopwarden_verdicts_shrunk",
-            "Verdicts too large for one message, sent with their long fields shortened.",
-            registry=registry,
-        )
-        self.batches = Counter(
-            "loopwarden_batches",
-            "Batches finished: verdicts acknowledged, states written, events acknowledged.",
-            registry=registry,
+        self.batches = counter(
+            "batches", "Batches finished: verdicts acknowledged, states written, events acknowledged."
         )
         self.processing = Histogram(
             "loopwarden_event_processing_seconds",
