@@ -8,12 +8,13 @@ worker owns at that moment, so a revoked partition disappears from both.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 # A `_created` series per counter doubles the page and no dashboard reads it.
@@ -28,6 +29,20 @@ BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 
 #: Decisions the summary line counts on their own (allow is the healthy case).
 SUMMARY_DECISIONS = ("warn", "block", "abort")
+#: Counter family -> its field in the summary log line.
+SUMMARY_NAMES = {
+    "loopwarden_events": "events",
+    "loopwarden_verdicts": "verdicts",
+    "loopwarden_duplicates": "duplicates",
+    "loopwarden_guard_armed": "guards_armed",
+    "loopwarden_deadletter": "deadlettered",
+    "loopwarden_deadletter_failed": "deadletter_failed",
+    "loopwarden_expired": "expired",
+    "loopwarden_states_unreadable": "states_unreadable",
+    "loopwarden_states_reset": "states_reset",
+    "loopwarden_verdicts_shrunk": "verdicts_shrunk",
+    "loopwarden_batches": "chunks",
+}
 
 
 class TopicPartition(NamedTuple):
@@ -44,6 +59,41 @@ class Ownership:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return None
+
+
+class _PerEvent(Collector):
+    """The counters raised for every event, kept as plain counts and turned
+    into counter families when scraped: a prometheus_client counter takes a
+    lock and several calls per increment, which would show in the worker's
+    per-event cost."""
+
+    def __init__(self) -> None:
+        self.events: collections.Counter[str] = collections.Counter()
+        self.verdicts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.duplicates = 0
+        self.guard_armed = 0
+
+    def collect(self) -> Iterator[Metric]:
+        events = CounterMetricFamily(
+            "loopwarden_events", "Events applied by the engine, by event type (duplicates included).", labels=["type"]
+        )
+        for event_type, n in self.events.items():
+            events.add_metric([event_type], n)
+        yield events
+        verdicts = CounterMetricFamily(
+            "loopwarden_verdicts",
+            'Verdicts published, by decision and detector ("none" when no detector fired).',
+            labels=["decision", "detector"],
+        )
+        for labels, n in self.verdicts.items():
+            verdicts.add_metric(list(labels), n)
+        yield verdicts
+        yield CounterMetricFamily(
+            "loopwarden_duplicates", "Events dropped as duplicates (seq not above the run's last seq).", self.duplicates
+        )
+        yield CounterMetricFamily(
+            "loopwarden_guard_armed", "Compactions that armed the post-compaction guard.", self.guard_armed
+        )
 
 
 class _Owned(Collector):
@@ -93,19 +143,13 @@ class WorkerMetrics:
         def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(f"loopwarden_{name}", help, labels, registry=registry)
 
-        self.events = counter("events", "Events applied by the engine, by event type (duplicates included).", ("type",))
-        self.verdicts = counter(
-            "verdicts",
-            'Verdicts published, by decision and detector ("none" when no detector fired).',
-            ("decision", "detector"),
-        )
+        self._per_event = _PerEvent()
+        registry.register(self._per_event)
         self.deadletters = counter(
             "deadletter",
             "Malformed events sent to the dead-letter topic, by kind of refusal (not_json, invalid, ...).",
             ("kind",),
         )
-        self.duplicates = counter("duplicates", "Events dropped as duplicates (seq not above the run's last seq).")
-        self.guard_armed = counter("guard_armed", "Compactions that armed the post-compaction guard.")
         self.deadletter_failed = counter(
             "deadletter_failed",
             "Malformed events that could not be dead-lettered either (they stay only in their source topic).",
@@ -135,28 +179,20 @@ class WorkerMetrics:
         )
         self._owned = _Owned(ownership or Ownership())
         registry.register(self._owned)
-        self._events_by_type: dict[str, Any] = {}
-        self._verdicts_by: dict[tuple[str, str], Any] = {}
 
     # -- call sites --------------------------------------------------------
 
     def outcome(self, event_type: str, outcome: Any) -> None:
         """Everything one `engine.apply` Outcome says: the event, a duplicate,
         an armed guard, and each verdict."""
-        events = self._events_by_type.get(event_type)
-        if events is None:
-            events = self._events_by_type[event_type] = self.events.labels(type=event_type)
-        events.inc()
+        counts = self._per_event
+        counts.events[event_type] += 1
         if outcome.duplicate:
-            self.duplicates.inc()
+            counts.duplicates += 1
         if outcome.armed:
-            self.guard_armed.inc()
+            counts.guard_armed += 1
         for verdict in outcome.verdicts:
-            key = (verdict.decision, verdict.detector or "none")
-            verdicts = self._verdicts_by.get(key)
-            if verdicts is None:
-                verdicts = self._verdicts_by[key] = self.verdicts.labels(*key)
-            verdicts.inc()
+            counts.verdicts[(verdict.decision, verdict.detector or "none")] += 1
 
     def deadletter(self, kind: str = "other") -> None:
         self.deadletters.labels(kind=kind).inc()
@@ -185,42 +221,27 @@ class WorkerMetrics:
         return generate_latest(self.registry)
 
     def summary(self) -> dict[str, int]:
-        """The counters as the summary log line names them (zeros left out)."""
+        """The counters as the summary log line names them (zeros left out):
+        read from the registry, as a scrape reads them."""
         out: dict[str, int] = {}
 
         def add(name: str, value: float) -> None:
             if value:
                 out[name] = out.get(name, 0) + int(value)
 
-        for _labels, value in _values(self.events):
-            add("events", value)
-        for labels, value in _values(self.verdicts):
-            add("verdicts", value)
-            if labels["decision"] in SUMMARY_DECISIONS:
-                add(labels["decision"], value)
-        for labels, value in _values(self.deadletters):
-            add("deadlettered", value)
-            add(f"deadlettered.{labels['kind']}", value)
-        for name, counter in (
-            ("duplicates", self.duplicates),
-            ("guards_armed", self.guard_armed),
-            ("deadletter_failed", self.deadletter_failed),
-            ("expired", self.expired),
-            ("states_unreadable", self.states_unreadable),
-            ("states_reset", self.states_reset),
-            ("verdicts_shrunk", self.verdicts_shrunk),
-            ("chunks", self.batches),
-        ):
-            for _labels, value in _values(counter):
-                add(name, value)
+        for family in self.registry.collect():
+            name = SUMMARY_NAMES.get(family.name)
+            if name is None:
+                continue
+            for sample in family.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                add(name, sample.value)
+                if name == "verdicts" and sample.labels["decision"] in SUMMARY_DECISIONS:
+                    add(sample.labels["decision"], sample.value)
+                elif name == "deadlettered":
+                    add(f"deadlettered.{sample.labels['kind']}", sample.value)
         return out
-
-
-def _values(counter: Counter) -> Iterator[tuple[dict[str, str], float]]:
-    for metric in counter.collect():
-        for sample in metric.samples:
-            if sample.name.endswith("_total"):
-                yield sample.labels, sample.value
 
 
 def install(app: Any, metrics: WorkerMetrics, path: str = "/metrics") -> Any:
