@@ -62,6 +62,8 @@ __all__ = [
     "ClientVerdict",
     "GuardClient",
     "Policy",
+    "local_call_fields",
+    "local_outcome_fields",
     "minimal_args",
 ]
 
@@ -106,6 +108,35 @@ def minimal_args(tool: str, args: Any) -> Any:
     if tool in ("process", "message") and isinstance(args, dict) and isinstance(args.get("action"), str):
         return {"action": args["action"]}
     return UNSET
+
+
+def local_call_fields(tool_name: str, norm_args: Any) -> dict[str, Any]:
+    """What a locally hashing gateway publishes of a call's args (normalised
+    by `normalize_payload`): the args hash and `minimal_args`."""
+    fields: dict[str, Any] = {"args_hash": engine_args_hash(tool_name, norm_args)}
+    small = minimal_args(tool_name, norm_args)
+    if small is not UNSET:
+        fields["args"] = small
+    return fields
+
+
+def local_outcome_fields(tool_name: str, kind: int, result: Any, error: Any) -> dict[str, Any]:
+    """What a locally hashing gateway publishes of a call's outcome instead of
+    the result or error itself (the result hash and what the engine can no
+    longer derive from the payload). The plugin for OpenClaw computes the same
+    fields; tests/vectors/hashing.json pins both."""
+    result_hash, unknown = result_outcome(
+        tool_name,
+        kind,
+        normalize_payload(result) if result is not UNSET else UNSET,
+        normalize_payload(error) if error is not UNSET else UNSET,
+    )
+    fields: dict[str, Any] = {}
+    if result_hash is not None:
+        fields["result_hash"] = result_hash
+    if unknown is not None:
+        fields["unknown_tool_name"] = unknown
+    return fields
 
 
 @dataclass(slots=True)
@@ -366,11 +397,8 @@ class GuardClient:
         body: dict[str, Any] = {"type": "tool_call", "run_id": run_id, "seq": -1, "tool_call_id": call_id,
                                 "tool_name": tool_name}  # fmt: skip
         if self.local_hashing:
-            args_hash = args_hash or engine_args_hash(tool_name, norm_args)
-            body["args_hash"] = args_hash
-            small = minimal_args(tool_name, norm_args)
-            if small is not UNSET:
-                body["args"] = small
+            body.update(local_call_fields(tool_name, norm_args))
+            args_hash = body["args_hash"] = args_hash or body["args_hash"]
         else:
             if args is not UNSET:
                 body["args"] = args
@@ -445,15 +473,8 @@ class GuardClient:
             if small is not UNSET:
                 body["args"] = small
             if result_hash is None:
-                result_hash, unknown = result_outcome(
-                    call.tool_name,
-                    call.kind,
-                    normalize_payload(result) if result is not UNSET else UNSET,
-                    normalize_payload(error) if error is not UNSET else UNSET,
-                )
-                if unknown is not None:
-                    body["unknown_tool_name"] = unknown
-            if result_hash is not None:
+                body.update(local_outcome_fields(call.tool_name, call.kind, result, error))
+            else:
                 body["result_hash"] = result_hash
         else:
             if call.args is not UNSET:
