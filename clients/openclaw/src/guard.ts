@@ -1,0 +1,304 @@
+/**
+ * What the plugin does with a gateway's runs: numbers their events, publishes
+ * them, waits for each call's verdict and turns it into the gateway's answer.
+ *
+ * One Guard per process (OpenClaw calls register() several times, and agent
+ * events can arrive twice): every entry point is idempotent per tool call id
+ * and per agent event.
+ */
+
+import { randomUUID } from "node:crypto";
+
+import type { Settings } from "./config.js";
+import { argsHash, classify, minimalArgs, resultOutcome, toWire, type Json } from "./hashing.js";
+import type { Log } from "./bus.js";
+
+export type Decision = "allow" | "warn" | "block" | "abort";
+
+/** A verdict as loopwarden publishes it (spec §6). */
+export interface Verdict {
+  run_id: string;
+  seq: number;
+  tool_call_id: string;
+  tool_name: string;
+  decision: Decision;
+  level: string;
+  detector: string | null;
+  count: number;
+  message: string;
+  warning_key: string | null;
+  error: string | null;
+}
+
+export interface Publisher {
+  publish(runId: string, event: object): Promise<void>;
+  ready(): Promise<void>;
+}
+
+/** What the gateway is told to do with a call. */
+export type Answer = { block: true; blockReason: string } | undefined;
+
+export interface CallContext {
+  runId?: string;
+  toolCallId?: string;
+  agentId?: string;
+  sessionKey?: string;
+  sessionId?: string;
+}
+
+interface Call {
+  seq: number;
+  toolName: string;
+  args: unknown;
+  /** The loop guard's (or the fallback policy's) veto reason, when the call did not run. */
+  vetoed?: string;
+  /** Shown to the model with the call's result. */
+  warning?: string;
+  answer?: Promise<Answer>;
+  reported?: boolean;
+}
+
+interface Run {
+  nextSeq: number;
+  calls: Map<string, Call>;
+  seenAgentEvents: Set<string>;
+  aborted?: Verdict;
+  sessionId?: string;
+  published: boolean;
+  /** Publishes in order: a run's events must reach the topic in seq order. */
+  tail: Promise<void>;
+}
+
+type Waiter = (verdict: Verdict) => void;
+
+/** Ends a run in the gateway; false when the gateway had no such run. */
+export type RunAborter = (sessionId: string) => Promise<boolean>;
+
+const nowSeconds = (): number => Date.now() / 1000;
+
+export class Guard {
+  private readonly runs = new Map<string, Run>();
+  private readonly waiters = new Map<string, Waiter>();
+  log: Log;
+
+  constructor(
+    readonly settings: Settings,
+    private readonly bus: Publisher,
+    log: Log,
+    private readonly abortRun: RunAborter,
+  ) {
+    this.log = log;
+  }
+
+  private run(runId: string): Run {
+    let run = this.runs.get(runId);
+    if (!run) {
+      // A run id can come back (the CLI reuses the session id): seq starts from
+      // the clock so that a new run's events are never taken for old duplicates.
+      run = { nextSeq: Date.now() * 1000, calls: new Map(), seenAgentEvents: new Set(), published: false, tail: Promise.resolve() };
+      this.runs.set(runId, run);
+    }
+    return run;
+  }
+
+  private send(runId: string, run: Run, body: Record<string, unknown>): { seq: number; sent: Promise<void> } {
+    const seq = run.nextSeq++;
+    const event = { ...body, run_id: runId, seq, ts: nowSeconds() };
+    run.published = true;
+    const sent = run.tail.then(() => this.bus.publish(runId, event));
+    run.tail = sent.catch(() => undefined);
+    return { seq, sent };
+  }
+
+  // -- tool calls -------------------------------------------------------------
+
+  /** before_tool_call: publish the call and answer with its verdict. */
+  beforeToolCall(toolName: string, params: unknown, ctx: CallContext): Promise<Answer> {
+    const runId = ctx.runId;
+    if (!runId) return Promise.resolve(undefined);
+    const run = this.run(runId);
+    if (ctx.sessionId) run.sessionId = ctx.sessionId;
+    const toolCallId = ctx.toolCallId ?? `lw-${randomUUID()}`;
+    const known = run.calls.get(toolCallId);
+    if (known?.answer) return known.answer;
+    if (run.aborted) {
+      // The run was aborted: every later call is vetoed without asking, and not published.
+      return Promise.resolve({ block: true, blockReason: run.aborted.message });
+    }
+    const call: Call = { seq: -1, toolName, args: params };
+    run.calls.set(toolCallId, call);
+    call.answer = this.ask(runId, run, toolCallId, call, ctx);
+    return call.answer;
+  }
+
+  private async ask(runId: string, run: Run, toolCallId: string, call: Call, ctx: CallContext): Promise<Answer> {
+    const body: Record<string, unknown> = { type: "tool_call", tool_call_id: toolCallId, tool_name: call.toolName };
+    Object.assign(body, this.argsFields(call.toolName, call.args));
+    if (ctx.agentId) body.agent_id = ctx.agentId;
+    if (ctx.sessionKey) body.session_key = ctx.sessionKey;
+    const started = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    let key = "";
+    let late = false;
+    const verdict = await new Promise<Verdict | string>((resolve) => {
+      timer = setTimeout(() => {
+        late = true;
+        resolve("timeout");
+      }, this.settings.timeoutMs);
+      this.bus.ready().then(() => {
+        if (late) return; // answered by the policy already: nothing to wait for
+        const { seq, sent } = this.send(runId, run, body);
+        call.seq = seq;
+        key = waiterKey(runId, seq);
+        this.waiters.set(key, resolve);
+        sent.catch((error: Error) => resolve(`publish failed: ${error.message}`));
+      });
+    });
+    clearTimeout(timer);
+    this.waiters.delete(key);
+    if (typeof verdict === "string") return this.fallback(runId, call, verdict, Date.now() - started);
+    return this.obey(runId, run, call, verdict, ctx);
+  }
+
+  private fallback(runId: string, call: Call, reason: string, waitedMs: number): Answer {
+    const policy = this.settings.failurePolicy;
+    const why = reason === "timeout" ? `no verdict within ${this.settings.timeoutMs} ms` : reason;
+    const effect = policy === "fail_open" ? "the call runs" : "the call is blocked";
+    this.log.warn(
+      `loopwarden: ${why} for run=${runId} seq=${call.seq} tool=${call.toolName} after ${waitedMs} ms: ${policy} applied, ${effect}`,
+    );
+    if (policy === "fail_open") return undefined;
+    call.vetoed = `loopwarden is unavailable (${why}); failurePolicy fail_closed blocks this ${call.toolName} call.`;
+    return { block: true, blockReason: call.vetoed };
+  }
+
+  private obey(runId: string, run: Run, call: Call, verdict: Verdict, ctx: CallContext): Answer {
+    switch (verdict.decision) {
+      case "allow":
+        return undefined;
+      case "warn":
+        call.warning = verdict.message;
+        return undefined;
+      case "abort":
+        this.markAborted(runId, run, verdict, ctx.sessionId);
+        call.vetoed = verdict.message;
+        return { block: true, blockReason: verdict.message };
+      default:
+        call.vetoed = verdict.message;
+        return { block: true, blockReason: verdict.message };
+    }
+  }
+
+  private markAborted(runId: string, run: Run, verdict: Verdict, sessionId: string | undefined): void {
+    if (run.aborted) return;
+    run.aborted = verdict;
+    const session = sessionId ?? run.sessionId;
+    this.log.warn(`loopwarden: run=${runId} aborted (${verdict.error ?? verdict.detector}): later calls are vetoed`);
+    if (!session) return;
+    // Let the vetoed call's result reach the transcript first, then end the run.
+    setTimeout(() => {
+      this.abortRun(session).then(
+        (ended) => this.log.info(`loopwarden: run=${runId} ${ended ? "ended" : "was no longer active"} (session ${session})`),
+        (error: Error) => this.log.warn(`loopwarden: could not end run=${runId}: ${error.message}`),
+      );
+    }, 0).unref();
+  }
+
+  /** The warning for this call, once, for the tool-result middleware to show the model. */
+  takeWarning(runId: string | undefined, toolCallId: string): string | undefined {
+    const call = runId ? this.runs.get(runId)?.calls.get(toolCallId) : undefined;
+    const warning = call?.warning;
+    if (call) call.warning = undefined;
+    return warning;
+  }
+
+  // -- results ------------------------------------------------------------------
+
+  /** after_tool_call: publish the outcome of a call this plugin published. */
+  afterToolCall(result: unknown, error: string | undefined, ctx: CallContext): void {
+    const run = ctx.runId ? this.runs.get(ctx.runId) : undefined;
+    const call = ctx.toolCallId ? run?.calls.get(ctx.toolCallId) : undefined;
+    if (!run || !call || call.seq < 0 || call.reported) return;
+    call.reported = true;
+    const body: Record<string, unknown> = { type: "tool_result", tool_call_id: ctx.toolCallId, tool_name: call.toolName };
+    Object.assign(body, this.argsFields(call.toolName, call.args));
+    if (call.vetoed !== undefined) {
+      // The gateway reports a veto as an error; the engine must see the veto
+      // itself, which is not progress (spec §3, §7.1).
+      Object.assign(body, this.outcomeFields(call, vetoResult(call.vetoed), undefined));
+    } else {
+      Object.assign(body, this.outcomeFields(call, result, error));
+    }
+    this.send(ctx.runId as string, run, body).sent.catch((failure: Error) =>
+      this.log.warn(`loopwarden: tool_result for run=${ctx.runId} not published: ${failure.message}`),
+    );
+  }
+
+  private argsFields(toolName: string, args: unknown): Record<string, unknown> {
+    if (!this.settings.localHashing) return args === undefined ? {} : { args };
+    const wire = toWire(args);
+    const small = minimalArgs(toolName, wire);
+    return { args_hash: argsHash(toolName, wire), ...(small === undefined ? {} : { args: small }) };
+  }
+
+  private outcomeFields(call: Call, result: unknown, error: string | undefined): Record<string, unknown> {
+    if (!this.settings.localHashing) return error !== undefined ? { error } : result === undefined ? {} : { result };
+    const args = toWire(call.args);
+    return { ...resultOutcome(call.toolName, classify(call.toolName, args), toWire(result), toWire(error)) };
+  }
+
+  // -- agent events ---------------------------------------------------------------
+
+  /** A compaction that retries the turn arms the post-compaction guard; a run's end frees it. */
+  agentEvent(runId: string, stream: string, eventSeq: number, data: Record<string, unknown>, agentId?: string): void {
+    const ends = stream === "lifecycle" && (data.phase === "end" || data.phase === "error");
+    const retries = stream === "compaction" && data.willRetry === true;
+    if (!ends && !retries) return;
+    const run = ends ? this.runs.get(runId) : this.run(runId);
+    if (!run) return;
+    const key = `${stream}:${eventSeq}`;
+    if (run.seenAgentEvents.has(key)) return;
+    run.seenAgentEvents.add(key);
+    if (retries) {
+      this.send(runId, run, { type: "compaction", ...(agentId ? { agent_id: agentId } : {}) });
+      return;
+    }
+    if (run.published) {
+      this.send(runId, run, { type: "run_end" }).sent.catch((error: Error) =>
+        this.log.warn(`loopwarden: run_end for run=${runId} not published: ${error.message}`),
+      );
+    }
+    this.runs.delete(runId);
+  }
+
+  // -- verdicts -------------------------------------------------------------------
+
+  /** A record from the decisions topic: verdicts of runs this process does not own are ignored. */
+  verdict(value: string): void {
+    let verdict: Verdict;
+    try {
+      verdict = JSON.parse(value) as Verdict;
+    } catch {
+      return;
+    }
+    const run = this.runs.get(verdict.run_id);
+    if (!run) return;
+    const waiter = this.waiters.get(waiterKey(verdict.run_id, verdict.seq));
+    if (waiter) {
+      this.waiters.delete(waiterKey(verdict.run_id, verdict.seq));
+      waiter(verdict);
+    } else if (verdict.decision === "abort") {
+      // The post-compaction guard answers a result, which nobody waits for.
+      this.markAborted(verdict.run_id, run, verdict, undefined);
+    }
+  }
+}
+
+function waiterKey(runId: string, seq: number): string {
+  return `${runId}\u0000${seq}`;
+}
+
+/** What the model is given for a vetoed call, as the gateway itself builds it. */
+export function vetoResult(reason: string): Json {
+  return { content: [{ type: "text", text: reason }], details: { status: "blocked", deniedReason: "tool-loop", reason } };
+}
