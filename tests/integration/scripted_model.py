@@ -31,7 +31,18 @@ class Reply:
     text: str
 
 
-Script = Callable[[list[Message]], ToolCall | Reply]
+@dataclass
+class Overflow:
+    """Refuse the request as a provider does when the context window is exceeded."""
+
+
+OVERFLOW_MESSAGE = (
+    "This model's maximum context length is 128000 tokens. However, your messages resulted in "
+    "131072 tokens. Please reduce the length of the messages."
+)
+
+Answer = ToolCall | Reply | Overflow
+Script = Callable[[list[Message]], Answer]
 
 
 def message_text(message: Message) -> str:
@@ -74,7 +85,7 @@ class ScriptedModel:
         self._server.shutdown()
         self._server.server_close()
 
-    def _answer(self, body: dict[str, Any]) -> ToolCall | Reply:
+    def _answer(self, body: dict[str, Any]) -> Answer:
         messages = body.get("messages") or []
         with self._lock:
             self.requests.append(messages)
@@ -96,10 +107,22 @@ class ScriptedModel:
                     return
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 answer = model._answer(body)
-                if body.get("stream"):
+                if isinstance(answer, Overflow):
+                    self._overflow()
+                elif body.get("stream"):
                     self._stream(answer)
                 else:
                     self._json(answer)
+
+            def _overflow(self) -> None:
+                error = {"message": OVERFLOW_MESSAGE, "type": "invalid_request_error", "param": "messages",
+                         "code": "context_length_exceeded"}  # fmt: skip
+                data = json.dumps({"error": error}).encode()
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _json(self, answer: ToolCall | Reply) -> None:
                 message: dict[str, Any] = {"role": "assistant", "content": None}

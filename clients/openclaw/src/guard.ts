@@ -62,6 +62,11 @@ interface Run {
   nextSeq: number;
   calls: Map<string, Call>;
   seenAgentEvents: Set<string>;
+  /** A compaction was published and no call since: another report of it is the same compaction. */
+  compactionArmed: boolean;
+  /** The gateway announced a compaction that does not retry; its after_compaction hook follows. */
+  skipCompactionHook: boolean;
+  sessionKeys: Set<string>;
   aborted?: Verdict;
   sessionId?: string;
   published: boolean;
@@ -79,6 +84,8 @@ const nowSeconds = (): number => Date.now() / 1000;
 export class Guard {
   private readonly runs = new Map<string, Run>();
   private readonly waiters = new Map<string, Waiter>();
+  /** Session key or id -> the run now active in it, for hooks that do not carry a run id. */
+  private readonly sessions = new Map<string, string>();
   log: Log;
 
   constructor(
@@ -95,7 +102,16 @@ export class Guard {
     if (!run) {
       // A run id can come back (the CLI reuses the session id): seq starts from
       // the clock so that a new run's events are never taken for old duplicates.
-      run = { nextSeq: Date.now() * 1000, calls: new Map(), seenAgentEvents: new Set(), published: false, tail: Promise.resolve() };
+      run = {
+        nextSeq: Date.now() * 1000,
+        calls: new Map(),
+        seenAgentEvents: new Set(),
+        compactionArmed: false,
+        skipCompactionHook: false,
+        sessionKeys: new Set(),
+        published: false,
+        tail: Promise.resolve(),
+      };
       this.runs.set(runId, run);
     }
     return run;
@@ -118,6 +134,7 @@ export class Guard {
     if (!runId) return Promise.resolve(undefined);
     const run = this.run(runId);
     if (ctx.sessionId) run.sessionId = ctx.sessionId;
+    this.bindSession(runId, run, ctx.sessionKey, ctx.sessionId);
     const toolCallId = ctx.toolCallId ?? `lw-${randomUUID()}`;
     const known = run.calls.get(toolCallId);
     if (known?.answer) return known.answer;
@@ -148,6 +165,7 @@ export class Guard {
       this.bus.ready().then(() => {
         if (late) return; // answered by the policy already: nothing to wait for
         const { seq, sent } = this.send(runId, run, body);
+        run.compactionArmed = false;
         call.seq = seq;
         key = waiterKey(runId, seq);
         this.waiters.set(key, resolve);
@@ -222,10 +240,11 @@ export class Guard {
     call.reported = true;
     const body: Record<string, unknown> = { type: "tool_result", tool_call_id: ctx.toolCallId, tool_name: call.toolName };
     Object.assign(body, this.argsFields(call.toolName, call.args));
-    if (call.vetoed !== undefined) {
-      // The gateway reports a veto as an error; the engine must see the veto
-      // itself, which is not progress (spec §3, §7.1).
-      Object.assign(body, this.outcomeFields(call, vetoResult(call.vetoed), undefined));
+    const veto = call.vetoed ?? run.aborted?.message;
+    if (veto !== undefined) {
+      // The gateway reports a veto (or a call cut short by the run's abort) as
+      // an error; the engine must see a veto, which is not progress (§3, §7.1).
+      Object.assign(body, this.outcomeFields(call, vetoResult(veto), undefined));
     } else {
       Object.assign(body, this.outcomeFields(call, result, error));
     }
@@ -247,27 +266,69 @@ export class Guard {
     return { ...resultOutcome(call.toolName, classify(call.toolName, args), toWire(result), toWire(error)) };
   }
 
-  // -- agent events ---------------------------------------------------------------
+  // -- agent events and compaction --------------------------------------------------
 
-  /** A compaction that retries the turn arms the post-compaction guard; a run's end frees it. */
-  agentEvent(runId: string, stream: string, eventSeq: number, data: Record<string, unknown>, agentId?: string): void {
-    const ends = stream === "lifecycle" && (data.phase === "end" || data.phase === "error");
-    const retries = stream === "compaction" && data.willRetry === true;
-    if (!ends && !retries) return;
-    const run = ends ? this.runs.get(runId) : this.run(runId);
+  private bindSession(runId: string, run: Run, ...keys: (string | undefined)[]): void {
+    for (const key of keys) {
+      if (!key) continue;
+      this.sessions.set(key, runId);
+      run.sessionKeys.add(key);
+    }
+  }
+
+  /**
+   * Agent events: `lifecycle` start binds the session to the run, end or error
+   * ends the run; `compaction` end with willRetry is a compaction that retries
+   * the turn. Events can arrive twice: each (stream, seq) is handled once.
+   */
+  agentEvent(runId: string, stream: string, eventSeq: number, data: Record<string, unknown>, sessionKey?: string, agentId?: string): void {
+    if (stream !== "lifecycle" && stream !== "compaction") return;
+    const run = this.runs.get(runId) ?? (stream === "lifecycle" && data.phase === "start" ? this.run(runId) : undefined);
     if (!run) return;
     const key = `${stream}:${eventSeq}`;
     if (run.seenAgentEvents.has(key)) return;
     run.seenAgentEvents.add(key);
-    if (retries) {
-      this.send(runId, run, { type: "compaction", ...(agentId ? { agent_id: agentId } : {}) });
+    if (stream === "lifecycle") {
+      if (data.phase === "start") this.bindSession(runId, run, sessionKey);
+      else if (data.phase === "end" || data.phase === "error") this.endRun(runId, run);
+    } else if (data.phase === "end" && data.willRetry === true) {
+      this.compaction(runId, run, agentId);
+    } else if (data.phase === "end" && data.completed === true) {
+      run.skipCompactionHook = true;
+    }
+  }
+
+  /**
+   * after_compaction: the gateway's overflow and timeout recovery compacts and
+   * retries the turn without a compaction agent event, and its hook carries
+   * no run id: the session names the run.
+   */
+  afterCompaction(compactedCount: number | undefined, sessionKey?: string, sessionId?: string, agentId?: string): void {
+    const runId = (sessionKey && this.sessions.get(sessionKey)) || (sessionId && this.sessions.get(sessionId));
+    const run = runId ? this.runs.get(runId) : undefined;
+    if (!runId || !run) return;
+    if (run.skipCompactionHook) {
+      run.skipCompactionHook = false;
       return;
     }
+    if (compactedCount !== 0) this.compaction(runId, run, agentId);
+  }
+
+  private compaction(runId: string, run: Run, agentId: string | undefined): void {
+    if (run.compactionArmed) return;
+    run.compactionArmed = true;
+    this.send(runId, run, { type: "compaction", ...(agentId ? { agent_id: agentId } : {}) }).sent.catch((error: Error) =>
+      this.log.warn(`loopwarden: compaction for run=${runId} not published: ${error.message}`),
+    );
+  }
+
+  private endRun(runId: string, run: Run): void {
     if (run.published) {
       this.send(runId, run, { type: "run_end" }).sent.catch((error: Error) =>
         this.log.warn(`loopwarden: run_end for run=${runId} not published: ${error.message}`),
       );
     }
+    for (const key of run.sessionKeys) if (this.sessions.get(key) === runId) this.sessions.delete(key);
     this.runs.delete(runId);
   }
 

@@ -75,6 +75,10 @@ const plugin: OpenClawPluginDefinition = {
       });
     });
 
+    api.on("after_compaction", (event, ctx) => {
+      guard.afterCompaction(event.compactedCount, ctx.sessionKey, ctx.sessionId, ctx.agentId);
+    });
+
     api.registerAgentToolResultMiddleware(
       (event, ctx) => {
         const warning = guard.takeWarning(ctx.runId, event.toolCallId);
@@ -89,7 +93,7 @@ const plugin: OpenClawPluginDefinition = {
     shared.unsubscribeAgentEvents?.();
     shared.unsubscribeAgentEvents = api.runtime.events.onAgentEvent((evt) => {
       for (const each of shared.guards.values()) {
-        each.agentEvent(evt.runId, evt.stream, evt.seq, evt.data, (evt as { agentId?: string }).agentId);
+        each.agentEvent(evt.runId, evt.stream, evt.seq, evt.data, evt.sessionKey, (evt as { agentId?: string }).agentId);
       }
     });
   },
