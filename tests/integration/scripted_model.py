@@ -2,8 +2,10 @@
 
 It serves `POST /v1/chat/completions` (streaming SSE when the request asks for
 it) and answers from a script: a function of the conversation that returns a
-tool call or a final text. Every request's messages are kept, so a test can
-assert on what the model was shown.
+tool call, a final text, or a context overflow. Every agent request's messages
+are kept, so a test can assert on what the model was shown; a request that
+offers no tools (the gateway summarising a transcript for compaction) gets a
+summary and is only counted.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class ScriptedModel:
         self.model_id = model_id
         self.requests: list[list[Message]] = []
         self.tools_offered: list[str] = []
+        self.summaries = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -87,6 +90,11 @@ class ScriptedModel:
 
     def _answer(self, body: dict[str, Any]) -> Answer:
         messages = body.get("messages") or []
+        if not body.get("tools"):
+            # The gateway's summariser (compaction) offers no tools and wants text.
+            with self._lock:
+                self.summaries += 1
+            return Reply("Summary: the user asked for a command to be run; it was run several times with the same output.")
         with self._lock:
             self.requests.append(messages)
             self.tools_offered = [t.get("function", {}).get("name") for t in body.get("tools") or []]

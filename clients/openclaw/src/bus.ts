@@ -19,6 +19,7 @@ import {
 import type { Settings } from "./config.js";
 
 export interface Log {
+  debug(message: string): void;
   info(message: string): void;
   warn(message: string): void;
 }

@@ -174,7 +174,10 @@ export class Guard {
     });
     clearTimeout(timer);
     this.waiters.delete(key);
-    if (typeof verdict === "string") return this.fallback(runId, call, verdict, Date.now() - started);
+    const waitedMs = Date.now() - started;
+    if (typeof verdict === "string") return this.fallback(runId, call, verdict, waitedMs);
+    // Healthy calls stay out of the operator's log; the round trip is there at debug level.
+    this.log.debug(`loopwarden: verdict run=${runId} seq=${call.seq} tool=${call.toolName} decision=${verdict.decision} waited_ms=${waitedMs}`);
     return this.obey(runId, run, call, verdict, ctx);
   }
 

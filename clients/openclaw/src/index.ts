@@ -34,7 +34,7 @@ async function abortAgentRun(sessionId: string): Promise<boolean> {
 function guardFor(api: OpenClawPluginApi): Guard {
   const settings = parseSettings(api.pluginConfig ?? {});
   const key = JSON.stringify(settings);
-  const log: Log = { info: (m) => api.logger.info(m), warn: (m) => api.logger.warn(m) };
+  const log: Log = { debug: (m) => api.logger.debug?.(m), info: (m) => api.logger.info(m), warn: (m) => api.logger.warn(m) };
   let guard = shared.guards.get(key);
   if (!guard) {
     let created: Guard | undefined;
