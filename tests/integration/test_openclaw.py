@@ -18,6 +18,7 @@ import os
 import subprocess
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -192,23 +193,29 @@ def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(openclaw:
         assert "run_end" in timeline
 
 
-@pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
-def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, tmp_path: Path, policy: str) -> None:
+def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
+    """fail_open and fail_closed, one gateway each, run side by side (they share nothing but the broker)."""
     topics = make_topics(broker.bootstrap, partitions=2, prefix="openclaw-nobody")  # no worker reads them
-    counter = tmp_path / "executions.txt"
-    script = loop_on_exec(counter, stop_when="", after=1)  # one call, then stop
-    with ScriptedModel(script) as model:
-        home = gateway_home(tmp_path, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
+
+    def one_call(policy: str) -> tuple[subprocess.CompletedProcess[str], list[str], int]:
+        work = tmp_path / policy
+        counter = work / "executions.txt"
+        with ScriptedModel(loop_on_exec(counter, stop_when="", after=1)) as model:  # one call, then stop
+            home = gateway_home(work, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
                                                        "decisionsTopic": topics["decisions"], "timeoutMs": 800,
                                                        "failurePolicy": policy})  # fmt: skip
-        done = openclaw.run_agent(home, "Run the tests once.")
+            done = openclaw.run_agent(home, "Run the tests once.")
+        return done, shown_results(model), executions(counter)
+
+    with ThreadPoolExecutor(2) as pool:
+        (opened, open_results, open_runs), (closed, closed_results, closed_runs) = pool.map(one_call, ["fail_open", "fail_closed"])
+    for done in (opened, closed):
         assert done.returncode == 0, done.stderr[-4000:]
-    assert "no verdict within 800 ms for run=" in done.stderr
-    (result,) = shown_results(model)
-    if policy == "fail_open":
-        assert "fail_open applied, the call runs" in done.stderr
-        assert executions(counter) == 1 and result == "same output"
-    else:
-        assert "fail_closed applied, the call is blocked" in done.stderr
-        assert executions(counter) == 0
-        assert result == "loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."
+        assert "no verdict within 800 ms for run=" in done.stderr
+
+    assert "fail_open applied, the call runs" in opened.stderr
+    assert open_runs == 1 and open_results == ["same output"]
+
+    assert "fail_closed applied, the call is blocked" in closed.stderr
+    assert closed_runs == 0
+    assert closed_results == ["loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."]
