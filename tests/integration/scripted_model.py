@@ -125,12 +125,7 @@ class ScriptedModel:
             def _overflow(self) -> None:
                 error = {"message": OVERFLOW_MESSAGE, "type": "invalid_request_error", "param": "messages",
                          "code": "context_length_exceeded"}  # fmt: skip
-                data = json.dumps({"error": error}).encode()
-                self.send_response(400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._send_json(400, {"error": error})
 
             def _json(self, answer: ToolCall | Reply) -> None:
                 message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -143,8 +138,11 @@ class ScriptedModel:
                 payload = _envelope(model.model_id, "chat.completion")
                 payload["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
                 payload["usage"] = _USAGE
+                self._send_json(200, payload)
+
+            def _send_json(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

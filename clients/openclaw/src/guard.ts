@@ -126,6 +126,13 @@ export class Guard {
     return { seq, sent };
   }
 
+  /** Publish an event nobody waits on; a failure is logged, the gateway carries on. */
+  private notify(runId: string, run: Run, body: Record<string, unknown>): void {
+    this.send(runId, run, body).sent.catch((error: Error) =>
+      this.log.warn(`loopwarden: ${body.type} for run=${runId} not published: ${error.message}`),
+    );
+  }
+
   // -- tool calls -------------------------------------------------------------
 
   /** before_tool_call: publish the call and answer with its verdict. */
@@ -251,9 +258,7 @@ export class Guard {
     } else {
       Object.assign(body, this.outcomeFields(call, result, error));
     }
-    this.send(ctx.runId as string, run, body).sent.catch((failure: Error) =>
-      this.log.warn(`loopwarden: tool_result for run=${ctx.runId} not published: ${failure.message}`),
-    );
+    this.notify(ctx.runId as string, run, body);
   }
 
   private argsFields(toolName: string, args: unknown): Record<string, unknown> {
@@ -320,16 +325,12 @@ export class Guard {
   private compaction(runId: string, run: Run, agentId: string | undefined): void {
     if (run.compactionArmed) return;
     run.compactionArmed = true;
-    this.send(runId, run, { type: "compaction", ...(agentId ? { agent_id: agentId } : {}) }).sent.catch((error: Error) =>
-      this.log.warn(`loopwarden: compaction for run=${runId} not published: ${error.message}`),
-    );
+    this.notify(runId, run, { type: "compaction", ...(agentId ? { agent_id: agentId } : {}) });
   }
 
   private endRun(runId: string, run: Run): void {
     if (run.published) {
-      this.send(runId, run, { type: "run_end" }).sent.catch((error: Error) =>
-        this.log.warn(`loopwarden: run_end for run=${runId} not published: ${error.message}`),
-      );
+      this.notify(runId, run, { type: "run_end" });
     }
     for (const key of run.sessionKeys) if (this.sessions.get(key) === runId) this.sessions.delete(key);
     this.runs.delete(runId);
