@@ -102,9 +102,9 @@ def loopwarden_config(tmp_path: Path, **loop_detection: Any) -> Path:
     return path
 
 
-def test_plugin_hashing_suite(openclaw: OpenClaw) -> None:
+def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     """The plugin's own tests (node --test): local hashing against tests/vectors/hashing.json
-    and against the reference gateway's module."""
+    and against the reference gateway's module, and the run bookkeeping (test/guard.test.ts)."""
     done = subprocess.run(
         [openclaw.node, "--test", "--test-reporter=tap", *sorted(str(p) for p in (PLUGIN / "dist" / "test").glob("*.test.js"))],
         env={**os.environ, "LOOPWARDEN_OPENCLAW_DIR": str(openclaw.package)},
