@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # a change to the engine reinstalls, which recompiles its compiled parts (setup.py)
 ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
 
-.PHONY: up lint test test-heavy bench schemas kafka clean
+.PHONY: up lint test test-heavy bench bench-openclaw schemas kafka plugin clean
 
 $(STAMP): pyproject.toml setup.py $(ENGINE)
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,13 @@ up: kafka
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: lint kafka
+# The OpenClaw plugin, built with Node 24 and the pinned openclaw package (both fetched from the npm
+# registry into ~/.cache/loopwarden once). Its tests build it again and skip only when the registry is
+# unreachable, so a failed build here does not stop the rest of the suite.
+plugin:
+	@clients/openclaw/build.sh >/dev/null || echo "make: the OpenClaw plugin is not built; tests/openclaw/test_openclaw.py will say why"
+
+test: lint kafka plugin
 	$(BIN)/python -m pytest -q
 
 test-heavy: kafka
@@ -34,8 +40,12 @@ test-heavy: kafka
 bench: $(STAMP)
 	$(BIN)/python -m bench.engine_bench
 
+bench-openclaw: kafka plugin
+	$(BIN)/python -m bench.openclaw_roundtrip
+
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build loopwarden_engine__mypyc*.so streams/engine/*.so streams/engine/compiled.json
+	rm -rf clients/openclaw/node_modules clients/openclaw/dist

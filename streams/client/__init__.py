@@ -1,7 +1,15 @@
 """The Python gateway client: publishes a run's events and waits for verdicts."""
 
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.client.guard import Call, ClientVerdict, GuardClient, Policy, minimal_args
+from streams.client.guard import (
+    Call,
+    ClientVerdict,
+    GuardClient,
+    Policy,
+    local_call_fields,
+    local_outcome_fields,
+    minimal_args,
+)
 
 __all__ = [
     "DECISIONS_TOPIC",
@@ -10,5 +18,7 @@ __all__ = [
     "ClientVerdict",
     "GuardClient",
     "Policy",
+    "local_call_fields",
+    "local_outcome_fields",
     "minimal_args",
 ]

@@ -116,6 +116,35 @@ def minimal_args(tool: str, args: Any) -> Any:
     return UNSET
 
 
+def local_call_fields(tool_name: str, norm_args: Any) -> dict[str, Any]:
+    """What a locally hashing gateway publishes of a call's args (normalised
+    by `normalize_payload`): the args hash and `minimal_args`."""
+    fields: dict[str, Any] = {"args_hash": engine_args_hash(tool_name, norm_args)}
+    small = minimal_args(tool_name, norm_args)
+    if small is not UNSET:
+        fields["args"] = small
+    return fields
+
+
+def local_outcome_fields(tool_name: str, kind: int, result: Any, error: Any) -> dict[str, Any]:
+    """What a locally hashing gateway publishes of a call's outcome instead of
+    the result or error itself (the result hash and what the engine can no
+    longer derive from the payload). The plugin for OpenClaw computes the same
+    fields; tests/vectors/hashing.json pins both."""
+    result_hash, unknown = result_outcome(
+        tool_name,
+        kind,
+        normalize_payload(result) if result is not UNSET else UNSET,
+        normalize_payload(error) if error is not UNSET else UNSET,
+    )
+    fields: dict[str, Any] = {}
+    if result_hash is not None:
+        fields["result_hash"] = result_hash
+    if unknown is not None:
+        fields["unknown_tool_name"] = unknown
+    return fields
+
+
 @dataclass(slots=True)
 class Call:
     """A published tool call: pass it to `check` and then to `tool_result`.
@@ -372,9 +401,9 @@ class GuardClient:
             run_id=run_id, seq=0, tool_call_id=call_id, tool_name=tool_name, agent_id=agent_id, session_key=session_key
         )
         if self.local_hashing:
-            args_hash = args_hash or engine_args_hash(tool_name, norm_args)
-            event.args_hash = args_hash
-            event.args = minimal_args(tool_name, norm_args)
+            fields = local_call_fields(tool_name, norm_args)
+            args_hash = event.args_hash = args_hash or fields["args_hash"]
+            event.args = fields.get("args", UNSET)
         else:
             event.args = args
             event.args_hash = args_hash or None
@@ -439,12 +468,10 @@ class GuardClient:
             event.args_hash = call.args_hash
             event.args = minimal_args(call.tool_name, normalize_payload(call.args) if call.args is not UNSET else UNSET)
             if result_hash is None:
-                result_hash, event.unknown_tool_name = result_outcome(
-                    call.tool_name,
-                    call.kind,
-                    normalize_payload(result) if result is not UNSET else UNSET,
-                    normalize_payload(error) if error is not UNSET else UNSET,
-                )
+                fields = local_outcome_fields(call.tool_name, call.kind, result, error)
+                result_hash = fields.pop("result_hash", None)
+                for name, value in fields.items():
+                    setattr(event, name, value)
         else:
             event.args = call.args
             event.result = result

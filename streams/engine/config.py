@@ -2,8 +2,10 @@
 the exact path of a bad field, field-by-field merging, and the runtime's
 threshold ordering.
 
-Only `tools.loopDetection` and, in `agents.list[]`, each entry's `id` and
-`tools.loopDetection` are read, so a gateway's whole config file can be given.
+Only `tools.loopDetection` and the per-agent blocks (the map
+`agents.entries.<agentId>.tools.loopDetection`, and the older list
+`agents.list[]` of `{id, tools: {loopDetection}}`) are read, so a gateway's
+whole config file can be given.
 """
 
 from __future__ import annotations
@@ -142,6 +144,38 @@ def _loop_detection_at(path: str, holder: Any) -> LoopDetectionBlock | None:
     return None if block is None else parse_block(prefix, block)
 
 
+def _listed_agents(value: Any) -> dict[str, tuple[str, LoopDetectionBlock]]:
+    """The older shape, `agents.list[]` of `{id, tools: {loopDetection}}`: id -> (path, block)."""
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise ConfigError(f"agents.list: expected an array, got {_show(value)}")
+    found: dict[str, tuple[str, LoopDetectionBlock]] = {}
+    for i, entry in enumerate(value):
+        path = f"agents.list[{i}]"
+        block = _loop_detection_at(path, entry)
+        if block is None:
+            continue
+        agent_id = entry.get("id")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise ConfigError(f"{path}.id: expected a non-empty string, got {_show(agent_id)}")
+        found[agent_id] = (path, block)
+    return found
+
+
+def _mapped_agents(value: Any) -> dict[str, tuple[str, LoopDetectionBlock]]:
+    """The current shape, a map `agents.entries.<agentId>.tools.loopDetection`: id -> (path, block)."""
+    if value is None:
+        return {}
+    found: dict[str, tuple[str, LoopDetectionBlock]] = {}
+    for agent_id, entry in _object("agents.entries", value).items():
+        path = f"agents.entries.{agent_id}"
+        block = _loop_detection_at(path, entry)
+        if block is not None:
+            found[agent_id] = (path, block)
+    return found
+
+
 def parse_config(document: Any) -> Resolved:
     """A whole gateway config (already parsed from JSON/JSON5) -> fleet settings."""
     if document is None:
@@ -152,18 +186,15 @@ def parse_config(document: Any) -> Resolved:
     agents: dict[str, LoopDetectionConfig] = {}
     agent_section = root.get("agents")
     if agent_section is not None:
-        entries = _object("agents", agent_section).get("list")
-        if entries is not None:
-            if not isinstance(entries, list):
-                raise ConfigError(f"agents.list: expected an array, got {_show(entries)}")
-            for i, entry in enumerate(entries):
-                path = f"agents.list[{i}]"
-                block = _loop_detection_at(path, entry)
-                if block is None:
-                    continue
-                agent_id = entry.get("id")
-                if not isinstance(agent_id, str) or not agent_id:
-                    raise ConfigError(f"{path}.id: expected a non-empty string, got {_show(agent_id)}")
-                agents[agent_id] = resolve(merge(global_block, block), f"{path}.tools.loopDetection", notes)
+        section = _object("agents", agent_section)
+        listed = _listed_agents(section.get("list"))
+        mapped = _mapped_agents(section.get("entries"))
+        for agent_id in listed.keys() & mapped.keys():
+            notes.append(
+                f"agent {agent_id!r} is configured in both {mapped[agent_id][0]} and {listed[agent_id][0]}; "
+                f"using {mapped[agent_id][0]}"
+            )
+        for agent_id, (path, block) in {**listed, **mapped}.items():
+            agents[agent_id] = resolve(merge(global_block, block), f"{path}.tools.loopDetection", notes)
     default = resolve(global_block, "tools.loopDetection", notes)
     return Resolved(FleetConfig(default=default, agents=agents), notes)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
+from builders import run_cli
 from schemas.config import LoopDetectionConfig
 from schemas.configfile import load_config
 from streams.engine.config import ConfigError, parse_config
@@ -251,3 +253,77 @@ def test_load_config_refuses_bad_file_with_path(tmp_path):
     path.write_text('{"tools": {"loopDetection": {"warningThreshold": "ten"}}}')
     with pytest.raises(ConfigError, match=r'^tools\.loopDetection\.warningThreshold: expected a positive integer, got "ten"$'):
         load_config(path)
+
+
+# --- the current gateway shape: agents.entries.<agentId> ------------------------------------
+
+CURRENT_GATEWAY = {
+    "gateway": {"port": 18789, "mode": "local"},
+    "models": {"providers": {"p": {"baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "models": []}}},
+    "agents": {
+        "defaults": {"model": {"primary": "p/m"}, "workspace": "~/w", "compaction": {"keepRecentTokens": 100}},
+        "entries": {
+            "builder": {"model": {"primary": "p/m"}, "tools": {"profile": "coding", "loopDetection": {"enabled": True}}},
+            "main": {"workspace": "~/main"},
+        },
+    },
+    "tools": {"loopDetection": {"enabled": False}},
+    "plugins": {"entries": {"loopwarden": {"enabled": True, "config": {"bootstrap": "kafka:9092"}}}},
+}
+
+
+def test_current_gateway_file_with_agents_entries():
+    resolved = parse_config(CURRENT_GATEWAY)
+    assert resolved.notes == []
+    assert resolved.config.default.enabled is False
+    builder = resolved.config.for_agent("builder")
+    assert builder.enabled is True
+    assert builder == LoopDetectionConfig(enabled=True)  # current gateways fix the thresholds at the defaults
+    assert resolved.config.for_agent("main") == resolved.config.default
+
+
+def test_entries_merge_field_by_field_like_list_entries():
+    doc = loop(warningThreshold=4, detectors={"pingPong": False})
+    doc["agents"] = {"entries": {"a": {"tools": {"loopDetection": {"criticalThreshold": 9, "detectors": {"genericRepeat": False}}}}}}
+    a = parse_config(doc).config.for_agent("a")
+    assert (a.warning_threshold, a.critical_threshold, a.ping_pong, a.generic_repeat) == (4, 9, False, False)
+
+
+def test_an_agent_in_both_shapes_takes_the_entries_block_and_is_named():
+    doc = loop()
+    doc["agents"] = {
+        "list": [agent("x", warningThreshold=5), agent("only-listed", warningThreshold=6)],
+        "entries": {"x": {"tools": {"loopDetection": {"warningThreshold": 7}}}},
+    }
+    resolved = parse_config(doc)
+    assert resolved.config.for_agent("x").warning_threshold == 7
+    assert resolved.config.for_agent("only-listed").warning_threshold == 6
+    assert resolved.notes == ["agent 'x' is configured in both agents.entries.x and agents.list[0]; using agents.entries.x"]
+
+
+def test_entries_errors_name_the_agent_path():
+    doc = {"agents": {"entries": {"b": {"tools": {"loopDetection": {"warningThreshold": "ten"}}}}}}
+    assert refused(doc) == 'agents.entries.b.tools.loopDetection.warningThreshold: expected a positive integer, got "ten"'
+    assert refused({"agents": {"entries": ["b"]}}) == 'agents.entries: expected an object, got ["b"]'
+    assert refused({"agents": {"entries": {"b": 3}}}) == "agents.entries.b: expected an object, got 3"
+    doc = {"agents": {"entries": {"b": {"tools": {"loopDetection": {"criticalThreshold": 3, "warningThreshold": 3}}}}}}
+    assert parse_config(doc).notes[0].startswith("agents.entries.b.tools.loopDetection.criticalThreshold: 3 is not above")
+
+
+def test_replay_reads_a_current_gateway_file_and_warns_about_an_agent_in_both_shapes(tmp_path):
+    document = json.loads(json.dumps(CURRENT_GATEWAY))
+    document["agents"]["list"] = [{"id": "builder", "tools": {"loopDetection": {"enabled": False}}}]
+    config_file = tmp_path / "openclaw.json"
+    config_file.write_text(json.dumps(document))
+    events = [
+        {"type": "tool_call", "run_id": "r", "seq": i, "tool_call_id": f"c{i}", "tool_name": "read", "args": {"p": 1}, "agent_id": "builder"}
+        for i in range(11)
+    ]
+    proc = run_cli("--config", str(config_file), "-", stdin="".join(json.dumps(e) + "\n" for e in events).encode())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.decode() == (
+        "loopwarden: warning: agent 'builder' is configured in both agents.entries.builder and agents.list[0]; "
+        "using agents.entries.builder\n"
+    )
+    decisions = [json.loads(line)["decision"] for line in proc.stdout.splitlines()]
+    assert decisions[10] == "warn"  # the entries block (enabled) applies, not the list's

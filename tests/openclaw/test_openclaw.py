@@ -1,0 +1,221 @@
+"""The OpenClaw plugin in a real gateway: `openclaw agent --local` (the published
+package at its pinned version, on Node 24), the plugin loaded from
+clients/openclaw, OpenClaw's own loop detection off, a scripted model that loops
+on `exec`, the project's broker and a real `loopwarden worker`.
+
+What is asserted is what the model saw and what the tool did: the shell command
+appends a line to a file on every real execution, so the file counts runs of
+the tool, and the scripted model keeps every conversation it was sent.
+
+Skipped only when the npm registry is unreachable and the plugin or OpenClaw is
+not already in place (they are installed from it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.partitioner.default import murmur2
+
+from emulated_worker import make_topics
+from helpers import LOOPWARDEN, REPO, Worker, consume, names
+from openclaw_gateway import PLUGIN, OpenClaw, gateway_home, install
+from scripted_model import Overflow, Reply, ScriptedModel, ToolCall, message_text, tool_messages
+
+pytestmark = pytest.mark.integration
+
+
+def _registry_reachable() -> bool:
+    registry = os.environ.get("NPM_CONFIG_REGISTRY", "https://registry.npmjs.org/").rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{registry}/-/ping", timeout=10):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def openclaw() -> OpenClaw:
+    """Node 24, the pinned openclaw package and the built plugin, installed on first use."""
+    try:
+        return install()
+    except subprocess.CalledProcessError as exc:
+        if not _registry_reachable():
+            pytest.skip(f"the npm registry is unreachable, so Node 24, openclaw and the plugin's dependencies cannot be installed: {exc.stderr[-300:]}")
+        raise AssertionError(f"{exc.cmd} failed:\n{exc.stderr[-3000:]}") from None
+
+
+def loop_on_exec(counter: Path, *, stop_when: str, after: int = 1, overflow_after: int | None = None) -> Callable[[list[dict[str, Any]]], Any]:
+    """A model stuck on one shell command (each real execution appends a line to `counter`).
+    It gives up once `after` tool results contain `stop_when`; with `overflow_after`, its
+    provider reports a context overflow once, after that many tool results."""
+    overflowed = False
+
+    def script(messages: list[dict[str, Any]]) -> Any:
+        nonlocal overflowed
+        results = [message_text(m) for m in tool_messages(messages)]
+        if sum(stop_when in text for text in results) >= after:
+            return Reply("I give up: loopwarden stopped the loop.")
+        if overflow_after is not None and not overflowed and len(results) >= overflow_after:
+            overflowed = True
+            return Overflow()
+        return ToolCall("exec", {"command": f"echo ran >> {counter}; echo same output"})
+
+    return script
+
+
+def executions(counter: Path) -> int:
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
+def shown_results(model: ScriptedModel) -> list[str]:
+    """The tool results of the model's last request: the whole run as the model saw it."""
+    return [message_text(m) for m in tool_messages(model.requests[-1])]
+
+
+def run_events(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, dict[str, Any]]]:
+    records = consume(bootstrap, topic, count=1, timeout=20, settle=2.0)
+    return [(r.partition, r.key, json.loads(r.value)) for r in records]
+
+
+def explain(bootstrap: str, topics: dict[str, str], config: Path, run_id: str) -> str:
+    done = subprocess.run(
+        [*LOOPWARDEN, "explain", run_id, "--bootstrap", bootstrap, "--events-topic", topics["events"],
+         "--decisions-topic", topics["decisions"], "--config", str(config)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def loopwarden_config(tmp_path: Path, **loop_detection: Any) -> Path:
+    path = tmp_path / "loopwarden.json"
+    path.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True, **loop_detection}}}))
+    return path
+
+
+def test_plugin_node_suite(openclaw: OpenClaw) -> None:
+    """The plugin's own tests (node --test): local hashing against tests/vectors/hashing.json
+    and against the reference gateway's module, and the run bookkeeping (test/guard.test.ts)."""
+    done = subprocess.run(
+        [openclaw.node, "--test", "--test-reporter=tap", *sorted(str(p) for p in (PLUGIN / "dist" / "test").glob("*.test.js"))],
+        env={**os.environ, "LOOPWARDEN_OPENCLAW_DIR": str(openclaw.package)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
+
+
+def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
+    topics = names("openclaw")
+    config = loopwarden_config(tmp_path, warningThreshold=3, criticalThreshold=5)
+    counter = tmp_path / "executions.txt"
+    script = loop_on_exec(counter, stop_when="CRITICAL", after=3)
+    with Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker, ScriptedModel(script) as model:
+        worker.wait_assigned()
+        home = gateway_home(tmp_path, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
+                                                       "decisionsTopic": topics["decisions"]})  # fmt: skip
+        done = openclaw.run_agent(home, "Run the tests until they pass.")
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "I give up" in done.stdout
+
+        results = shown_results(model)
+        # Five calls ran; the sixth was blocked, and so were the two the model tried after it.
+        assert executions(counter) == 5
+        assert len(results) == 8
+        warned = [text for text in results if "WARNING: exec was called 3 times with identical arguments" in text]
+        assert len(warned) == 1 and warned[0].startswith("same output"), results  # shown with the call's own result
+        assert results.index(warned[0]) == 3
+        blocked = results[5:]
+        assert all(text.startswith("CRITICAL: exec was called 5 times with identical arguments and identical results") for text in blocked), blocked
+
+        events = run_events(broker.bootstrap, topics["events"])
+        run_ids = {event["run_id"] for _, _, event in events}
+        assert len(run_ids) == 1
+        run_id = run_ids.pop()
+        # One partition, the one a Java client (and kafka-python) picks for the key.
+        java_partition = (murmur2(run_id.encode()) & 0x7FFFFFFF) % 3
+        assert {(partition, key) for partition, key, _ in events} == {(java_partition, run_id.encode())}
+        kinds = [event["type"] for _, _, event in events]
+        assert kinds.count("tool_call") == 8 and kinds.count("tool_result") == 8 and kinds[-1] == "run_end"
+        seqs = [event["seq"] for _, _, event in events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        first = events[0][2]
+        assert first["args"] == {"command": f"echo ran >> {counter}; echo same output"} and first["agent_id"] == "main"
+
+        timeline = explain(broker.bootstrap, topics, config, run_id)
+        assert "WARN generic_repeat (warning, count 3)" in timeline
+        assert "BLOCK generic_repeat (critical, count 5)" in timeline
+        assert "run_end" in timeline and "run ended: history and guard freed" in timeline
+        assert "published on the decision topic: 8 of 8 verdicts identical to the recomputed ones" in timeline
+
+
+def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
+    topics = names("openclaw-compaction")
+    config = loopwarden_config(tmp_path, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3})
+    counter = tmp_path / "executions.txt"
+    script = loop_on_exec(counter, stop_when="ABORTED", overflow_after=3)
+    with Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker, ScriptedModel(script) as model:
+        worker.wait_assigned()
+        home = gateway_home(
+            tmp_path, model.base_url,
+            {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"], "localHashing": True},
+            # Compact even this short transcript when the provider reports an overflow.
+            agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
+        )  # fmt: skip
+        done = openclaw.run_agent(home, "Run the tests until they pass.")
+        # The plugin ended the run through the SDK: the CLI reports the abort.
+        assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
+        assert "auto-compaction succeeded" in done.stderr and "retrying prompt" in done.stderr
+        assert model.summaries >= 1
+
+        # Three runs before the compaction, three identical ones after it, then nothing.
+        assert executions(counter) == 6
+
+        events = run_events(broker.bootstrap, topics["events"])
+        run_id = events[0][2]["run_id"]
+        kinds = [event["type"] for _, _, event in events]
+        assert kinds.count("compaction") == 1 and kinds[-1] == "run_end"
+        assert kinds.index("compaction") == 6  # after three calls and their results
+        assert str(counter) not in json.dumps([event for _, _, event in events])  # args never left the gateway
+        assert all("args_hash" in event for _, _, event in events if event["type"] in ("tool_call", "tool_result"))
+
+        timeline = explain(broker.bootstrap, topics, config, run_id)
+        assert "ABORT compaction_loop_persisted (critical, count 3)" in timeline
+        assert "run_end" in timeline
+
+
+def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
+    """fail_open and fail_closed, one gateway each, run side by side (they share nothing but the broker)."""
+    topics = make_topics(broker.bootstrap, partitions=2, prefix="openclaw-nobody")  # no worker reads them
+
+    def one_call(policy: str) -> tuple[subprocess.CompletedProcess[str], list[str], int]:
+        work = tmp_path / policy
+        counter = work / "executions.txt"
+        with ScriptedModel(loop_on_exec(counter, stop_when="", after=1)) as model:  # one call, then stop
+            home = gateway_home(work, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
+                                                       "decisionsTopic": topics["decisions"], "timeoutMs": 800,
+                                                       "failurePolicy": policy})  # fmt: skip
+            done = openclaw.run_agent(home, "Run the tests once.")
+        return done, shown_results(model), executions(counter)
+
+    with ThreadPoolExecutor(2) as pool:
+        (opened, open_results, open_runs), (closed, closed_results, closed_runs) = pool.map(one_call, ["fail_open", "fail_closed"])
+    for done in (opened, closed):
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "no verdict within 800 ms for run=" in done.stderr
+
+    assert "fail_open applied, the call runs" in opened.stderr
+    assert open_runs == 1 and open_results == ["same output"]
+
+    assert "fail_closed applied, the call is blocked" in closed.stderr
+    assert closed_runs == 0
+    assert closed_results == ["loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."]
