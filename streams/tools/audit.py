@@ -54,7 +54,7 @@ from schemas.events import ToolCall, ToolResult
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 
 EVENTS_TOPIC = "loopwarden.events"
 DECISIONS_TOPIC = "loopwarden.decisions"

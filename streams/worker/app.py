@@ -44,7 +44,7 @@ from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from schemas.verdicts import Verdict
 from streams.observability import logs
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 from streams.worker import intake
 from streams.worker.faust_fixes import harden_faust
 from streams.worker.runtable import RunTable, decode_stored, encode_stored, touched_at
@@ -79,24 +79,6 @@ H_TOPIC = "loopwarden.source.topic"
 H_PARTITION = "loopwarden.source.partition"
 H_OFFSET = "loopwarden.source.offset"
 H_KEY = "loopwarden.source.key"
-
-
-def refusal_kind(reason: str) -> str:
-    """A short, countable name for a dead-letter reason."""
-    for prefix, kind in (
-        ("not a JSON event", "not_json"),
-        ("unknown event type", "unknown_type"),
-        ("missing field 'type'", "missing_type"),
-        ("invalid event", "invalid"),
-        ("cannot hash payload", "unhashable"),
-        ("event too large", "too_large"),
-        ("empty message", "empty"),
-        ("message key", "key_mismatch"),
-        ("engine error", "engine_error"),
-    ):
-        if reason.startswith(prefix):
-            return kind
-    return "other"
 
 
 class Chunk:
@@ -219,13 +201,13 @@ class Processor:
             self._wake.set()
         try:
             if not raw:
-                raise BadEvent("empty message: no value")
+                raise BadEvent("empty", "empty message: no value")
             if len(raw) > self.settings.max_event_bytes:
-                raise BadEvent(f"event too large: {len(raw)} bytes (limit {self.settings.max_event_bytes})")
+                raise BadEvent("too_large", f"event too large: {len(raw)} bytes (limit {self.settings.max_event_bytes})")
             decoded = decode_event(raw)
             key = decoded.run_id.encode()
             if message.key != key:
-                raise BadEvent(f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}")
+                raise BadEvent("key_mismatch", f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}")
             slot = (message.partition, key)
             entry = self.live.get(slot)
             if entry is None:
@@ -239,9 +221,9 @@ class Processor:
                     "engine failed on an event",
                     extra={"fields": {"event": "engine_error", "run_id": decoded.run_id, "seq": decoded.seq}},
                 )
-                raise BadEvent(f"engine error: {type(exc).__name__}: {exc}") from None
+                raise BadEvent("engine_error", f"engine error: {type(exc).__name__}: {exc}") from None
         except BadEvent as exc:
-            chunk.sent.append(await self._dead_letter(message, str(exc), tid))
+            chunk.sent.append(await self._dead_letter(message, exc, tid))
             return
         entry[1] = chunk
         touched = chunk.touched.get(slot)
@@ -406,8 +388,8 @@ class Processor:
             tid = self._transactional[partition] = f"{self.app.conf.id}-{group}-{partition}"
         return tid
 
-    async def _dead_letter(self, message: Any, reason: str, tid: str | None) -> Awaitable[Any]:
-        kind = refusal_kind(reason)
+    async def _dead_letter(self, message: Any, refusal: BadEvent, tid: str | None) -> Awaitable[Any]:
+        kind, reason = refusal.kind, str(refusal)
         if self.metrics is not None:
             self.metrics.deadletter(kind)
         self.counts["deadlettered"] += 1

@@ -1,9 +1,4 @@
-"""Scraping `/metrics` from a running `loopwarden worker --web-port P`.
-
-Skips (saying why) while the worker does not serve the page: the metrics
-registry is wired into streams/worker/app.py separately (see the wiring notes in
-streams/observability/metrics.py).
-"""
+"""Scraping `/metrics` from a running `loopwarden worker --web-port P`."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ from kafka import KafkaProducer
 
 from streams.tools.broker import free_port
 
-from emulated_worker import RealWorker, make_topics, worker_command_exists
+from emulated_worker import RealWorker, make_topics
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +43,6 @@ def total(values: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in values.items() if k == prefix or k.startswith(prefix + "{"))
 
 
-@pytest.mark.skipif(not worker_command_exists(), reason="the `loopwarden worker` command does not exist yet")
 def test_worker_serves_metrics(broker, tmp_path):
     topics = make_topics(broker.bootstrap)
     port = free_port()
@@ -63,11 +57,6 @@ def test_worker_serves_metrics(broker, tmp_path):
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.5)
         assert status is not None, f"the worker's web server never answered on port {port}\n{worker.log_tail()}"
-        if status == 404:
-            pytest.skip(
-                "the worker answers on --web-port but serves no /metrics page yet: "
-                "streams.observability.metrics.install(app) is not wired into streams/worker/app.py"
-            )
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
 
         lines = [line for line in SAMPLE.read_bytes().splitlines() if line.strip()]
