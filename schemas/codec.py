@@ -131,7 +131,8 @@ def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) ->
         text = str(exc)
         bad_tag = _BAD_TAG.match(text)
         if bad_tag:
-            return BadEvent("unknown_type", f"unknown event type {bad_tag.group(1)!r} (expected one of {', '.join(EVENT_TYPES)})")
+            expected = ", ".join(EVENT_TYPES)
+            return BadEvent("unknown_type", f"unknown event type {bad_tag.group(1)!r} (expected one of {expected})")
         if "missing required field `type`" in text:
             return BadEvent("missing_type", f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
         return BadEvent("invalid", f"invalid event: {text}")

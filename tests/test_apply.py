@@ -31,7 +31,7 @@ def test_an_engine_bug_is_not_reported_as_bad_input(monkeypatch: pytest.MonkeyPa
         (ToolResult(run_id="r", seq=2, tool_call_id="c", tool_name="exec", result=[object()]), "result"),
     ],
 )
-def test_a_payload_that_cannot_be_hashed_is_refused_naming_the_field(event, field: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_payload_that_cannot_be_hashed_is_refused_naming_the_field(event: ToolCall | ToolResult, field: str) -> None:
     with pytest.raises(BadEvent, match=f"cannot hash payload '{field}'") as raised:
         apply_safely(None, event, CONFIG)
     assert raised.value.kind == "unhashable"

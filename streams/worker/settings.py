@@ -122,7 +122,8 @@ class Settings:
 
     @property
     def broker_url(self) -> str:
-        return ",".join(f"kafka://{server.strip()}" for server in self.bootstrap.split(",") if server.strip())
+        """The bootstrap servers under the worker's own transport (streams/worker/transport.py)."""
+        return ",".join(f"loopwarden://{server.strip()}" for server in self.bootstrap.split(",") if server.strip())
 
     @property
     def effective_sweep_interval(self) -> float:
