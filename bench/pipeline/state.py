@@ -50,7 +50,7 @@ def trace(runs: int, calls: int) -> list[tuple[bytes, bytes]]:
 def offline_state_bytes(messages: list[tuple[bytes, bytes]]) -> tuple[int, int]:
     """(total encoded StoredRun bytes, runs) after applying every event."""
     from schemas.state import StoredRun
-    from streams.worker.runtable import encode_stored
+    from streams.worker.store import encode_stored
     from schemas.codec import decode_event
     from schemas.configfile import load_config
     from streams.engine import apply

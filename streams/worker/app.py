@@ -69,6 +69,9 @@ class WorkerApp(faust.App):
     (``loopwarden://``, streams/worker/transport.py) feeds the events topic to."""
 
     intake: Processor | None = None
+    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
+    # mode would otherwise name a subclass's logger after this module.
+    logger = logging.getLogger("faust.loopwarden.app")
 
     @cached_property
     def flow_control(self) -> FlowControlEvent:

@@ -80,6 +80,10 @@ class RunStore(RocksDBStore):
     there is no public one (checked on faust-streaming 0.15.3).
     """
 
+    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
+    # mode would otherwise name a subclass's logger after this module.
+    logger = logging.getLogger("faust.loopwarden.store")
+
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         return self._db_for_partition(partition).get(key)
 

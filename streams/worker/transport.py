@@ -33,12 +33,18 @@ members used; a Faust upgrade must re-check them.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, cast
 
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
+
+
+# Faust's own lines stay under the faust logger (held at --faust-loglevel);
+# mode would otherwise name a subclass's logger after this module.
+faust_log = logging.getLogger("faust.loopwarden.transport")
 
 
 class Intake(Protocol):
@@ -64,6 +70,8 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
     beginning, which is what ``auto_offset_reset="earliest"`` means for them.
     """
 
+    logger = faust_log
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = await super().seek_to_committed()
         uncommitted = [tp for tp, offset in committed.items() if not offset]
@@ -75,6 +83,7 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
 class Consumer(driver.Consumer):
     """Faust's aiokafka consumer with the batched intake and generation-checked acknowledgements."""
 
+    logger = faust_log
     acked_since_commit = 0
 
     def _new_consumer_thread(self) -> ConsumerThread:

@@ -25,3 +25,14 @@ def test_a_resume_without_a_suspension_keeps_queued_events() -> None:
 
 def test_a_resume_after_a_suspension_empties_the_queues() -> None:
     assert queue_after_resumes(FlowControl(), suspend_between=True) == 0
+
+
+def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> None:
+    """--faust-loglevel holds the faust loggers; a subclass of a Faust service
+    would otherwise log Faust's lifecycle lines under its own module's name."""
+    from streams.worker.app import WorkerApp
+    from streams.worker.store import RunStore
+    from streams.worker.transport import Consumer, ConsumerThread
+
+    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, ConsumerThread)}
+    assert all(name.startswith("faust.") for name in names.values()), names
