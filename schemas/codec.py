@@ -15,7 +15,14 @@ from streams.engine.stablejson import FLOAT_HOOK, speedups
 
 
 class BadEvent(ValueError):
-    """An input the processor refuses (it goes to the dead-letter topic)."""
+    """An input the processor refuses (it goes to the dead-letter topic).
+
+    ``kind`` is a short, countable name for the reason (the dead letter's
+    ``loopwarden.kind`` header, a metric label), chosen where it is raised."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
 
 
 _event_decoder = msgspec.json.Decoder(Event, float_hook=FLOAT_HOOK)
@@ -61,12 +68,12 @@ def decode_event(data: bytes | str) -> Event:
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
     if len(data) >= _SHORTEST_TOO_DEEP and _too_deep(data):
-        raise BadEvent(_TOO_DEEP)
+        raise BadEvent("not_json", _TOO_DEEP)
     try:
         return _event_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         if len(data) < _SHORTEST_TOO_DEEP and _too_deep(data):
-            raise BadEvent(_TOO_DEEP) from None
+            raise BadEvent("not_json", _TOO_DEEP) from None
         if isinstance(exc, RecursionError):
             raise
         if isinstance(exc, msgspec.DecodeError):
@@ -124,11 +131,12 @@ def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) ->
         text = str(exc)
         bad_tag = _BAD_TAG.match(text)
         if bad_tag:
-            return BadEvent(f"unknown event type {bad_tag.group(1)!r} (expected one of {', '.join(EVENT_TYPES)})")
+            expected = ", ".join(EVENT_TYPES)
+            return BadEvent("unknown_type", f"unknown event type {bad_tag.group(1)!r} (expected one of {expected})")
         if "missing required field `type`" in text:
-            return BadEvent(f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
-        return BadEvent(f"invalid event: {text}")
-    return BadEvent(f"not a JSON event: {exc}")
+            return BadEvent("missing_type", f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
+        return BadEvent("invalid", f"invalid event: {text}")
+    return BadEvent("not_json", f"not a JSON event: {exc}")
 
 
 def encode_verdict(verdict: Verdict) -> bytes:

@@ -38,7 +38,9 @@ def admin(bootstrap: Bootstrap, **options: Any) -> Any:
     return KafkaAdminClient(**{**connection(bootstrap), **options})
 
 
-def faust_connection(bootstrap: str) -> dict[str, Any]:
-    """The same for a Faust app's settings: its broker URLs."""
+def faust_connection(bootstrap: str, transport: str = "kafka") -> dict[str, Any]:
+    """The same for a Faust app's settings: its broker URLs, under the Faust
+    transport `transport` (the worker's own is "loopwarden",
+    streams/worker/transport.py)."""
     servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
-    return {"broker": ",".join(f"kafka://{server}" for server in servers)}
+    return {"broker": ",".join(f"{transport}://{server}" for server in servers)}

@@ -21,7 +21,7 @@ from schemas.config import FleetConfig
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, encode_verdict
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 
 
 def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[str, str]:
@@ -138,16 +138,6 @@ class EmulatedWorker:
 # --------------------------------------------------------------------------
 # The real worker, as a subprocess
 # --------------------------------------------------------------------------
-
-
-def worker_command_exists() -> bool:
-    from streams.cli import build_parser
-
-    try:
-        build_parser().parse_args(["worker", "--help"])
-    except SystemExit as exc:
-        return exc.code == 0
-    return False
 
 
 class RealWorker:

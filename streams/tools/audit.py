@@ -56,7 +56,7 @@ from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
 from streams import kafka_clients
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 
 
 SKEW_MARGIN_MS = 60_000

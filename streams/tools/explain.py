@@ -42,7 +42,7 @@ from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool
 from streams.engine.engine import call_signature, open_call, result_kind, result_signature
 from streams.engine.hashing import POLL_KINDS, classify, result_outcome
 from streams.engine.warnings import BUCKET_SIZE
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 
 KIND_NAMES = {
     KIND_OTHER: "",

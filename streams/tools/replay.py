@@ -9,21 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import BinaryIO, TextIO
 
+from schemas.codec import BadEvent, append_verdict, decode_event
 from schemas.config import FleetConfig
 from schemas.state import RunState
-from schemas.codec import BadEvent, append_verdict, decode_event
-from streams.engine import apply
+from streams.apply import apply_safely
 
 _BLOCK = 1 << 16
 """Output is written in blocks of about this many bytes."""
-
-
-def apply_safely(state: RunState | None, event, config: FleetConfig):
-    """`apply`, with a payload the engine cannot hash turned into a refusal."""
-    try:
-        return apply(state, event, config)
-    except (RecursionError, ValueError, TypeError) as exc:
-        raise BadEvent(f"cannot hash payload: {type(exc).__name__}: {exc}") from None
 
 
 def replay(lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO) -> int:

@@ -1,2 +1,3 @@
-"""The Faust worker: intake from the events topic, the processor around the
-engine, the run table in RocksDB, its settings and topics."""
+"""The Faust worker: its transport (the events topic in fetched batches), the
+processor around the engine, checkpoints, the runs' state store, its settings
+and topics."""

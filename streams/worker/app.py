@@ -1,21 +1,14 @@
 """The stream processor: a Faust app, partitioned by run id.
 
-    loopwarden.events ──▶ intake ──▶ engine.apply ──▶ loopwarden.decisions
-                           │                ╰── bad input ──▶ loopwarden.deadletter
-                           ╰── runs table (RocksDB + changelog), written after the verdicts
+    loopwarden.events ──▶ transport ──▶ processor ──▶ engine.apply ──▶ loopwarden.decisions
+                                            │              ╰── bad input ──▶ loopwarden.deadletter
+                                            ╰── checkpoint: verdicts acked ▶ run states stored ▶ events acked
 
-The consumer hands each fetched batch of events to the processor in one call
-(streams/worker/intake.py: Faust's per-message delivery costs more than everything
-else together). The processor takes the events in order, decodes each exactly
-as ``loopwarden replay`` does, loads the run's state (from the in-memory
-overlay of runs in flight, else the table), applies the engine and sends the
-verdict without waiting. Events are grouped into chunks; a finisher task
-waits until the broker has acknowledged a chunk's verdicts and dead letters,
-then writes the states the chunk left to the table, and only then
-acknowledges the chunk's events to Faust, whose offset commits follow the
-acknowledgements. No durable record gets ahead of the published verdicts, so
-a crash anywhere makes Kafka redeliver events whose verdicts are recomputed
-byte for byte (docs/PROCESSING.md says why this is enough).
+- streams/worker/transport.py: the Kafka transport, handing the events topic
+  over in whole fetched batches;
+- streams/worker/processor.py: decode, apply, send, dead letters;
+- streams/worker/checkpoint.py: the order in which a batch is finished;
+- streams/worker/store.py: the runs table, the states in flight, the TTL sweep.
 
 Faust is used with raw bytes everywhere (no models, no serializer work); the
 verdict bytes are exactly ``encode_verdict``.
@@ -23,473 +16,69 @@ verdict bytes are exactly ``encode_verdict``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import logging
 import os
 import threading
-import time
-from collections import deque
-from collections.abc import Awaitable
-from typing import Any, NoReturn
+from typing import Any
 
 import faust
-import msgspec
-from faust.types.tuples import Message
 from faust.worker import Worker as FaustWorker
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
-from schemas.codec import BadEvent, decode_event, decode_stored, encode_stored, encode_verdict, touched_at
-from schemas import topics
 from schemas.config import FleetConfig
-from schemas.state import RunState, StoredRun
-from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.observability import logs
-from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.observability.metrics import install as install_metrics
-from streams.tools.replay import apply_safely
-from streams.worker import intake
-from streams.worker.faust_fixes import harden_faust
-from streams.worker.runtable import RunTable
+from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
+from streams.worker import transport
+from streams.worker.store import STORE_URL
 
 log = logging.getLogger("loopwarden.worker")
 
 TABLE_NAME = "runs"
 
-#: A run's stored state and a verdict must each fit in one Kafka message
-#: (brokers refuse messages over ~1 MB by default). Only pathological
-#: events (megabyte-long tool names or error texts) come near these.
-MAX_STATE_BYTES = 512 * 1024
-MAX_VERDICT_BYTES = 512 * 1024
-MAX_FIELD_CHARS = 4096
 #: Producer request limit: a dead letter carries an event of up to
 #: --max-event-bytes unchanged, plus headers.
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
-#: State writes between two chances for the processor to take new events.
-WRITES_PER_YIELD = 200
-#: Events taken from one fetched batch (up to thousands) between two chances
-#: for the rest of the worker to run.
-TAKES_PER_YIELD = 500
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
 
 
-def refusal_kind(reason: str) -> str:
-    """A short, countable name for a dead-letter reason."""
-    for prefix, kind in (
-        ("not a JSON event", "not_json"),
-        ("unknown event type", "unknown_type"),
-        ("missing field 'type'", "missing_type"),
-        ("invalid event", "invalid"),
-        ("cannot hash payload", "unhashable"),
-        ("event too large", "too_large"),
-        ("empty message", "empty"),
-        ("message key", "key_mismatch"),
-        ("engine error", "engine_error"),
-    ):
-        if reason.startswith(prefix):
-            return kind
-    return "other"
+class FlowControl(FlowControlEvent):
+    """Faust's flow control, emptying the agents' queues on ``resume`` only
+    when the flow really was suspended (faust-streaming 0.15.3).
 
-
-class Chunk:
-    """Events taken in a row, finished together: their verdicts and dead
-    letters must be acknowledged by the broker before the states they left
-    are written and the events themselves are acknowledged to Faust."""
-
-    __slots__ = ("messages", "sent", "touched", "snapshots", "started")
-
-    def __init__(self) -> None:
-        self.started = 0.0  # perf_counter() when its first event joins
-        self.messages: list[Message] = []
-        self.sent: list[Awaitable[Any]] = []
-        # (partition, run key) -> [message, live entry, dirty]
-        self.touched: dict[tuple[int, bytes], list[Any]] = {}
-        self.snapshots: list[tuple[Message, bytes, bytes]] = []
-
-
-class Processor:
-    """State and behaviour of the worker's processing; one per worker process.
-
-    The consumer hands over fetched batches (``feed``, see streams/worker/intake.py);
-    the processing task takes their events one by one, applies the engine at
-    once and sends the verdicts without waiting. Events accumulate in the open
-    *chunk*; a finisher task closes it after ``flush_interval`` (or when it
-    holds ``batch_size`` events), snapshotting the states it left as bytes,
-    waits until the broker has acknowledged every message the chunk sent,
-    writes the snapshots to the table, and only then acknowledges the chunk's
-    events to Faust (which commits offsets only of acknowledged events).
-    While a chunk waits for its acknowledgements the processing goes on into
-    the next one, so waiting for the broker costs latency, not throughput.
-    The newest state of every run in flight is kept in memory (``live``) so
-    later events of the run see it.
+    Faust's ``resume()`` empties the queues every time it is called. After a
+    rebalance that needs no table recovery, Faust resumes the flow once when
+    recovery ends and again when the stream partitions are resumed; events
+    fetched in between would be dropped from the queue and, for a partition
+    with no committed offset, never fetched again (aiokafka only seeks back
+    when the committed offset is above 0). Queues hold events of an old
+    generation only after a suspension, so that is when they are emptied.
+    Events fetched twice are harmless: the engine ignores a seq it has seen.
     """
 
-    def __init__(self, app: faust.App, settings: Settings, config: FleetConfig, table: Any) -> None:
-        self.app = app
-        self.settings = settings
-        self.config = config
-        self.runs = RunTable(app, table)
-        self.decisions = settings.topics.decisions
-        self.deadletter = settings.topics.deadletter
-        self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
-        # Per-event timings and consumer positions only when the web server
-        # that serves them is on: no per-event cost otherwise.
-        self.metrics = WorkerMetrics(
-            FaustOwnership(app, settings.topics.events), scraped=settings.web_port is not None
-        )
-        self._reported: dict[str, int] = {}
-        # (partition, run key) -> [StoredRun, chunk that touched it last]
-        self.live: dict[tuple[int, bytes], list[Any]] = {}
-        self.open = Chunk()
-        self.closed: deque[Chunk] = deque()
-        self.pending: deque[list[Message]] = deque()  # fed, not taken yet
-        self.in_flight = 0  # fed, not finished yet
-        self._fed = asyncio.Event()
-        self._wake = asyncio.Event()  # the open batch got its first event
-        self._queued = asyncio.Event()  # a batch was closed
-        self._drained = asyncio.Event()
-        self._transactional: dict[int, str] = {}
+    def resume(self) -> None:
+        if not self.is_active():
+            super().resume()
 
-    # -- intake ------------------------------------------------------------
 
-    def feed(self, messages: list[Message]) -> None:
-        """A batch fetched by the consumer (already tracked for commits)."""
-        self.pending.append(messages)
-        self.in_flight += len(messages)
-        self._fed.set()
+class WorkerApp(faust.App):
+    """The worker's Faust app: its flow control, and the intake its transport
+    (``loopwarden://``, streams/worker/transport.py) feeds the events topic to."""
 
-    def room(self) -> Awaitable[None] | None:
-        """None while fewer than ``max_in_flight`` events are unfinished."""
-        if self.in_flight < self.settings.max_in_flight:
-            return None
-        self._drained.clear()
-        return self._drained.wait()
+    intake: Processor | None = None
+    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
+    # mode would otherwise name a subclass's logger after this module.
+    logger = logging.getLogger("faust.loopwarden.app")
 
-    async def run(self) -> None:
-        """Take every fed event in order, for as long as the worker runs.
-
-        Events taken are acknowledged by the finisher only; Faust waits for
-        that before it stops or rebalances. If this task stops, whatever was
-        not acknowledged is redelivered."""
-        finisher = asyncio.ensure_future(self._finisher())
-        pending = self.pending
-        batch_size = self.settings.batch_size
-        try:
-            while True:
-                if not pending:
-                    self._fed.clear()
-                    await self._fed.wait()
-                    continue
-                for n, message in enumerate(pending.popleft(), 1):
-                    await self.take(message)
-                    if len(self.open.messages) >= batch_size:
-                        self._close_open()
-                    if n % TAKES_PER_YIELD == 0:
-                        await asyncio.sleep(0)  # the producer, finisher and timers get their turn
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            _exit_for_redelivery("cannot take an event", exc)
-        finally:
-            finisher.cancel()
-
-    async def take(self, message: Message) -> None:
-        """Decode, apply, send; the event joins the open chunk."""
-        chunk = self.open
-        raw = message.value
-        metrics = self.metrics
-        if metrics.scraped:
-            started = time.perf_counter()
-            metrics.offset_seen(message.tp, message.offset)
-        tid = self._transactional_id(message.partition) if self.exactly_once else None
-        chunk.messages.append(message)
-        if len(chunk.messages) == 1:
-            chunk.started = time.perf_counter()
-            self._wake.set()
-        try:
-            if not raw:
-                raise BadEvent("empty message: no value")
-            if len(raw) > self.settings.max_event_bytes:
-                raise BadEvent(f"event too large: {len(raw)} bytes (limit {self.settings.max_event_bytes})")
-            decoded = decode_event(raw)
-            key = decoded.run_id.encode()
-            if message.key != key:
-                raise BadEvent(f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}")
-            slot = (message.partition, key)
-            entry = self.live.get(slot)
-            if entry is None:
-                entry = self.live[slot] = [self._load(message, key), chunk]
-            try:
-                outcome = apply_safely(entry[0].state, decoded, self.config)
-            except BadEvent:
-                raise
-            except Exception as exc:  # an engine bug must not stop the fleet
-                log.exception(
-                    "engine failed on an event",
-                    extra={"fields": {"event": "engine_error", "run_id": decoded.run_id, "seq": decoded.seq}},
-                )
-                raise BadEvent(f"engine error: {type(exc).__name__}: {exc}") from None
-        except BadEvent as exc:
-            chunk.sent.append(await self._dead_letter(message, str(exc), tid))
-            return
-        entry[1] = chunk
-        touched = chunk.touched.get(slot)
-        if touched is None:
-            touched = chunk.touched[slot] = [message, entry, False]
-        metrics.outcome(type(decoded).__struct_config__.tag, outcome)
-        if metrics.scraped:
-            metrics.processed(time.perf_counter() - started)
-        if outcome.duplicate:
-            return
-        entry[0].state = outcome.state
-        touched[0] = message
-        touched[2] = True
-        for verdict in outcome.verdicts:
-            data = encode_verdict(verdict)
-            if len(data) > MAX_VERDICT_BYTES:
-                data = self._shrunk(verdict, len(data))
-            chunk.sent.append(
-                await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
-            )
-            if verdict.decision != "allow":
-                self._log_verdict(verdict)
-        if outcome.armed:
-            logs.event(
-                log,
-                logging.INFO,
-                f"post-compaction guard armed for {outcome.armed} attempts",
-                event="guard_armed",
-                run_id=decoded.run_id,
-                seq=decoded.seq,
-                attempts=outcome.armed,
-            )
-
-    def _load(self, message: Message, key: bytes) -> StoredRun:
-        data = self.runs.get(message.partition, key)
-        if data is None:
-            return StoredRun(0.0, RunState())
-        try:
-            return decode_stored(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Not written by this version: start the run afresh rather than
-            # stop every run of the partition behind it.
-            self.metrics.states_unreadable.inc()
-            logs.event(
-                log, logging.ERROR, "stored run state unreadable; starting the run afresh",
-                event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
-            )
-            return StoredRun(0.0, RunState())
-
-    def _close_open(self) -> None:
-        """Snapshot the states the open chunk left and queue it."""
-        chunk, self.open = self.open, Chunk()
-        now = time.time()
-        for (_partition, key), (message, entry, dirty) in chunk.touched.items():
-            if dirty:
-                stored = entry[0]
-                stored.touched = now
-                chunk.snapshots.append((message, key, self._encode_state(key, stored)))
-        self.closed.append(chunk)
-        self._queued.set()
-
-    def _encode_state(self, key: bytes, stored: StoredRun) -> bytes:
-        """The stored run's bytes; a state that cannot be stored (too large
-        for one message) keeps only its last seq, so the worker never stalls
-        on one pathological run."""
-        try:
-            data = encode_stored(stored)
-            if len(data) <= MAX_STATE_BYTES:
-                return data
-            problem = f"{len(data)} bytes (limit {MAX_STATE_BYTES})"
-        except (OverflowError, TypeError, ValueError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        self.metrics.states_reset.inc()
-        logs.event(
-            log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
-            event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
-        )
-        stored.state = RunState(last_seq=stored.state.last_seq)
-        return encode_stored(stored)
-
-    def _shrunk(self, verdict: Verdict, size: int) -> bytes:
-        """A verdict too large for one message, with its long strings cut."""
-        self.metrics.verdicts_shrunk.inc()
-        logs.event(
-            log, logging.ERROR, "verdict too large; long fields shortened",
-            event="verdict_shrunk", run_id=verdict.run_id[:200], seq=verdict.seq, size=size,
-        )
-        changes = {}
-        for name in ("run_id", "tool_call_id", "tool_name", "message", "warning_key", "paired_tool_name"):
-            value = getattr(verdict, name)
-            if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-                changes[name] = value[:MAX_FIELD_CHARS] + "…[truncated]"
-        return encode_verdict(msgspec.structs.replace(verdict, **changes))
-
-    async def _finisher(self) -> None:
-        ack = self.app.consumer.ack
-        try:
-            while True:
-                if not self.closed:
-                    if not self.open.messages:
-                        self._wake.clear()
-                        await self._wake.wait()
-                        continue
-                    gather_for = self.open.started + self.settings.flush_interval - time.perf_counter()
-                    if gather_for > 0:
-                        # Let the batch gather: a run touched again meanwhile
-                        # is stored once. The processor closes a full batch itself.
-                        self._queued.clear()
-                        with contextlib.suppress(asyncio.TimeoutError):
-                            await asyncio.wait_for(self._queued.wait(), gather_for)
-                        continue
-                    self._close_open()
-                chunk = self.closed[0]
-                if chunk.sent:
-                    # Delivery acknowledged by the broker (acks=all) before any
-                    # state is written: the table never gets ahead of the
-                    # published verdicts.
-                    await asyncio.gather(*chunk.sent)
-                written = await self._write(chunk)
-                if written:
-                    # The changelog holds the states before the events are
-                    # acknowledged, so a worker that takes the partition over
-                    # restores at least what the committed offsets imply.
-                    await asyncio.gather(*written)
-                for message in chunk.messages:
-                    ack(message)
-                self.closed.popleft()
-                self.metrics.batch(time.perf_counter() - chunk.started if self.metrics.scraped else None)
-                self.in_flight -= len(chunk.messages)
-                self._drained.set()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            # Verdicts could not be delivered (or the table refused a write):
-            # nothing of this chunk was acknowledged, so exiting now makes
-            # Kafka redeliver it; going on could commit past it.
-            _exit_for_redelivery("cannot finish a batch", exc)
-
-    async def _write(self, chunk: Chunk) -> list[Awaitable[Any]]:
-        put = self.runs.put
-        written = []
-        for n, (message, key, data) in enumerate(chunk.snapshots, 1):
-            written.append(await put(message.partition, key, data))
-            if n % WRITES_PER_YIELD == 0:
-                await asyncio.sleep(0)  # new events get their verdicts meanwhile
-        live = self.live
-        for slot, (_event, entry, _dirty) in chunk.touched.items():
-            if entry[1] is chunk and live.get(slot) is entry:
-                del live[slot]  # no later chunk uses it: the table has it now
-        return written
-
-    def _transactional_id(self, partition: int) -> str:
-        tid = self._transactional.get(partition)
-        if tid is None:
-            group = self.app.assignor.group_for_topic(self.settings.topics.events)
-            tid = self._transactional[partition] = f"{self.app.conf.id}-{group}-{partition}"
-        return tid
-
-    async def _dead_letter(self, message: Any, reason: str, tid: str | None) -> Awaitable[Any]:
-        kind = refusal_kind(reason)
-        self.metrics.deadletter(kind)
-        logs.event(
-            log,
-            logging.WARNING,
-            "event dead-lettered",
-            event="deadletter",
-            kind=kind,
-            reason=reason[:300],
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-        )
-        headers = [
-            (topics.HEADER_REASON, reason.encode("utf-8", "replace")),
-            (topics.HEADER_KIND, kind.encode()),
-            (topics.HEADER_SOURCE_TOPIC, str(message.topic).encode()),
-            (topics.HEADER_SOURCE_PARTITION, str(message.partition).encode()),
-            (topics.HEADER_SOURCE_OFFSET, str(message.offset).encode()),
-        ]
-        try:
-            return await self.app.producer.send(
-                self.deadletter, message.key, message.value, None, None, headers, transactional_id=tid
-            )
-        except Exception as exc:  # e.g. larger than the producer may send
-            self.metrics.deadletter_failed.inc()
-            logs.event(
-                log, logging.ERROR, "cannot dead-letter an event; it stays only in its source topic",
-                event="deadletter_failed", topic=message.topic, partition=message.partition,
-                offset=message.offset, error=f"{type(exc).__name__}: {exc}"[:300],
-            )
-            return _done()
-
-    def _log_verdict(self, verdict: Verdict) -> None:
-        decision = verdict.decision
-        logs.event(
-            log,
-            logging.ERROR if decision == "abort" else logging.WARNING,
-            {"warn": "warning delivered", "block": "tool call blocked", "abort": "run aborted"}[decision],
-            event=decision,
-            run_id=verdict.run_id,
-            seq=verdict.seq,
-            tool=verdict.tool_name,
-            detector=verdict.detector,
-            count=verdict.count,
-            warning_key=verdict.warning_key,
-        )
-
-    # -- timers ------------------------------------------------------------
-
-    async def sweep(self) -> int:
-        """Expire runs idle longer than the TTL, in partitions this worker
-        owns as active (never standbys, never while rebalancing)."""
-        if self.app.rebalancing:
-            return 0
-        cutoff = time.time() - self.settings.ttl
-        expired = 0
-        for partition in self.runs.active_partitions():
-            held = 0
-            for seen, (key, value) in enumerate(self.runs.scan(partition), 1):
-                held += 1
-                if seen % 1024 == 0:
-                    await asyncio.sleep(0)  # a large table does not hold up the processor
-                    if self.app.rebalancing or partition not in self.runs.active_partitions():
-                        break
-                try:
-                    recent = touched_at(value) >= cutoff
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    recent = False  # unreadable: expire it like an idle run
-                if recent or (partition, key) in self.live:
-                    continue  # recent, or in flight right now
-                if await self.runs.expire(partition, key, cutoff):
-                    expired += 1
-                    held -= 1
-            self.metrics.runs_held(partition, held)
-            await asyncio.sleep(0)
-        if expired:
-            self.metrics.expired.inc(expired)
-            logs.event(log, logging.INFO, "idle runs expired", event="expired", runs=expired, ttl=self.settings.ttl)
-        return expired
-
-    async def report(self, final: bool = False) -> None:
-        """A summary line when something happened since the last one."""
-        counts = self.metrics.summary()
-        if counts == self._reported and not final:
-            return
-        delta = {k: v - self._reported.get(k, 0) for k, v in counts.items()}
-        self._reported = counts
-        logs.event(
-            log,
-            logging.INFO,
-            "final counts" if final else "processing summary",
-            event="summary",
-            **{k.replace(".", "_"): v for k, v in sorted(counts.items())},
-            **({} if final else {"new_events": delta.get("events", 0)}),
-        )
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        return FlowControl(loop=self.loop)
 
 
 #: Young-generation collections every 50,000 net allocations instead of 700,
@@ -500,48 +89,20 @@ GC_THRESHOLDS = (50_000, 50, 1_000)
 def settle_gc() -> None:
     """Once the worker runs: move what start-up built (Faust, the app, the
     modules) out of the collector's way, and collect young objects in larger,
-    rarer passes. Measured in CHANGELOG.md ("Worker"): p99 at
+    rarer passes. Measured in bench/README.md ("Decision latency"): p99 at
     2,000 calls/s about halved."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _exit_for_redelivery(what: str, exc: BaseException) -> NoReturn:
-    """Stop the process without acknowledging anything more: Kafka redelivers
-    every event not finished, which is safe, whereas going on could commit
-    past events that never got their verdicts."""
-    log.critical(
-        f"{what}; exiting so that its events are redelivered",
-        exc_info=exc,
-        extra={"fields": {"event": "fatal", "error": type(exc).__name__}},
-    )
-    logging.shutdown()
-    os._exit(70)
-
-
-def _done() -> asyncio.Future[None]:
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    future.set_result(None)
-    return future
-
-
-def _show_key(key: bytes | None) -> str:
-    if key is None:
-        return "(none)"
-    try:
-        return repr(key.decode())
-    except UnicodeDecodeError:
-        return repr(key)
-
-
-def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[faust.App, Processor]:
+def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[WorkerApp, Processor]:
     """The Faust app with its topic, table, processing task and timers."""
-    app = faust.App(
+    app = WorkerApp(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME),
         autodiscover=False,
-        store="rocksdb://",
+        store=STORE_URL,
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
         key_serializer="raw",
@@ -583,12 +144,11 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
             "block_cache_compressed_size": 0,
         },
     )
-    harden_faust(app)
     processor = Processor(app, settings, config, table)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
-    intake.install(app, settings.topics.events, processor)
+    app.intake = processor
 
     async def process() -> None:
         settle_gc()
@@ -615,7 +175,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         logs.event(
             log, logging.INFO, "partitions assigned", event="assigned",
             topic=settings.topics.events, partitions=",".join(map(str, mine)) or "none",
-        )
+        )  # fmt: skip
 
     return app, processor
 
@@ -636,15 +196,21 @@ class Worker(FaustWorker):
       process (status 1, one `stop_overdue` error line), before the
       supervisor's grace period does and as its SIGKILL would. Seen, rarely,
       when the signal lands while the consumer is joining its group.
+
+    Faust's worker has no public hook for a stop signal: both its SIGTERM and
+    SIGINT handlers call ``_flag_as_shutdown_by_signal``, overridden here
+    (checked on faust-streaming 0.15.3).
     """
 
     def __init__(self, app: faust.App, *, stop_timeout: float, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.stop_timeout = stop_timeout
         self._watchdog: threading.Timer | None = None
+        self.stopped_by_signal = False
 
     def _flag_as_shutdown_by_signal(self) -> None:
-        super()._flag_as_shutdown_by_signal()  # Faust's SIGTERM and SIGINT handlers both call it
+        super()._flag_as_shutdown_by_signal()
+        self.stopped_by_signal = True
         if self._watchdog is None:  # a thread: the event loop may be what is stuck
             self._watchdog = threading.Timer(self.stop_timeout, self._stop_overdue)
             self._watchdog.daemon = True
@@ -654,7 +220,7 @@ class Worker(FaustWorker):
         logs.event(
             log, logging.ERROR, f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
             event="stop_overdue", stop_timeout=self.stop_timeout,
-        )
+        )  # fmt: skip
         logging.shutdown()
         os._exit(1)
 
@@ -662,12 +228,12 @@ class Worker(FaustWorker):
         try:
             await super().start()
         except Exception as exc:
-            if not self._shutdown_immediately:  # Faust sets it on SIGTERM/SIGINT, before stopping
+            if not self.stopped_by_signal:
                 raise
             logs.event(
                 log, logging.WARNING, "start-up stopped by a signal", event="startup_interrupted",
                 error=f"{type(exc).__name__}: {exc}"[:300],
-            )
+            )  # fmt: skip
 
 
 def run_worker(settings: Settings) -> int:
@@ -691,7 +257,7 @@ def run_worker(settings: Settings) -> int:
                     logs.event(
                         log, logging.INFO, "topic created", event="topic_created",
                         topic=state.name, partitions=state.partitions,
-                    )
+                    )  # fmt: skip
             partitions = states[0].partitions
         else:
             found = describe_partitions(settings.bootstrap, [settings.topics.events])
@@ -707,7 +273,7 @@ def run_worker(settings: Settings) -> int:
             log, logging.WARNING,
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
-        )
+        )  # fmt: skip
     app, _processor = create_app(settings, resolved.config, partitions)
     logs.event(
         log,

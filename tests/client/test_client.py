@@ -26,7 +26,7 @@ from streams.client import ClientVerdict, GuardClient, minimal_args
 from schemas.codec import decode_verdict
 from streams.tools.replay import replay
 
-from emulated_worker import EmulatedWorker, RealWorker, make_topics, worker_command_exists
+from emulated_worker import EmulatedWorker, RealWorker, make_topics
 
 pytestmark = pytest.mark.integration
 
@@ -316,7 +316,6 @@ TIGHT_FILE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3
                                           "globalCircuitBreakerThreshold": 6}}}
 
 
-@pytest.mark.skipif(not worker_command_exists(), reason="the `loopwarden worker` command does not exist yet")
 def test_client_with_real_worker(broker, tmp_path):
     """The real stream worker answers the client (local hashing on), with
     the verdicts the engine computes offline for the same events."""

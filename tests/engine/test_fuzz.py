@@ -22,7 +22,7 @@ from schemas.codec import BadEvent, decode_event
 from streams.engine import apply
 from streams.engine.config import parse_config
 from streams.engine.warnings import MAX_KEYS
-from streams.tools.replay import apply_safely
+from streams.apply import apply_safely
 
 from builders import restored, stored
 

@@ -22,7 +22,7 @@ from streams.tools.audit import compare, parse_since, run_audit
 from streams.cli import main as cli_main
 from schemas.configfile import load_config
 
-from emulated_worker import EmulatedWorker, RealWorker, make_topics, worker_command_exists
+from emulated_worker import EmulatedWorker, RealWorker, make_topics
 
 pytestmark = pytest.mark.integration
 
@@ -252,7 +252,6 @@ def test_compare_is_exact():
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not worker_command_exists(), reason="the `loopwarden worker` command does not exist yet")
 def test_audit_real_worker(broker, tmp_path, capsys):
     """The real worker's verdicts for the sample trace pass the audit, and
     the audit leaves the worker's consumer group and offsets as they were."""

@@ -593,6 +593,9 @@ def finish_on_restart(bootstrap: str, case: Case, tmp_path: Path) -> None:
     """A second worker on the first one's data dir finishes the trace and stops cleanly."""
     second = incarnation(bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
     case.workers.append(second)
+    # Running before it is stopped: the first worker may have published every
+    # verdict already, and a signal during start-up is not a clean stop.
+    second.wait_assigned()
     case.tail.wait_distinct(len(case.expected), 60, [second])
     time.sleep(0.5)  # stragglers (repeats) still in flight
     assert second.stop() == 0

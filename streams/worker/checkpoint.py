@@ -1,0 +1,144 @@
+"""Checkpoints: events taken in a row, finished together, in one order.
+
+1. the verdicts and dead letters they produced are acknowledged by the
+   broker (acks=all);
+2. the run states they left are written to the table and its changelog,
+   and the changelog acknowledges them;
+3. the events are acknowledged to Faust, whose offset commits follow.
+
+No durable record gets ahead of the published verdicts, so a crash anywhere
+makes Kafka redeliver events whose verdicts are recomputed byte for byte
+(docs/PROCESSING.md says why this is enough). While one checkpoint waits for
+its acknowledgements the processor goes on into the next, so waiting for the
+broker costs latency, not throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from faust.types.tuples import Message
+
+from streams.worker.store import InFlight, Slot
+
+
+class Touched:
+    """A run a checkpoint took events of: its entry in flight, and whether
+    any of those events changed its state (a duplicate does not)."""
+
+    __slots__ = ("run", "dirty")
+
+    def __init__(self, run: InFlight) -> None:
+        self.run = run
+        self.dirty = False
+
+
+class Checkpoint:
+    """Events taken in a row and everything they must wait for."""
+
+    __slots__ = ("messages", "sent", "touched", "snapshots", "started")
+
+    def __init__(self) -> None:
+        self.started = 0.0  # perf_counter() when its first event joined
+        self.messages: list[Message] = []
+        self.sent: list[Awaitable[Any]] = []  # verdict and dead-letter sends
+        self.touched: dict[Slot, Touched] = {}
+        self.snapshots: list[tuple[int, bytes, bytes]] = []  # (partition, key, stored run)
+
+    def touch(self, slot: Slot, run: InFlight) -> Touched:
+        touched = self.touched.get(slot)
+        if touched is None:
+            touched = self.touched[slot] = Touched(run)
+        return touched
+
+
+class States(Protocol):
+    """The state store as a checkpoint sees it (streams.worker.store.RunStates)."""
+
+    def snapshot(self, checkpoint: Checkpoint) -> None:
+        """Encode the states the checkpoint changed, as they are when it closes."""
+
+    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
+        """Write the snapshots; the futures of their changelog records."""
+
+
+async def finish(checkpoint: Checkpoint, states: States, ack: Callable[[Message], Any]) -> None:
+    """Verdicts acknowledged, then states written, then events acknowledged.
+    A failure raises before anything later in the order happened."""
+    if checkpoint.sent:
+        # acks=all: the table never gets ahead of the published verdicts.
+        await asyncio.gather(*checkpoint.sent)
+    written = await states.write(checkpoint)
+    if written:
+        # The changelog holds the states before the events are acknowledged,
+        # so a worker that takes the partition over restores at least what
+        # the committed offsets imply.
+        await asyncio.gather(*written)
+    for message in checkpoint.messages:
+        ack(message)
+
+
+class Checkpoints:
+    """The open checkpoint, the closed ones waiting, and the task finishing them.
+
+    A checkpoint closes ``flush_interval`` after its first event (a run
+    touched again meanwhile is stored once) or when the processor finds it
+    full; closing snapshots the states it left, so later events can go on
+    changing them."""
+
+    def __init__(
+        self,
+        states: States,
+        ack: Callable[[Message], Any],
+        flush_interval: float,
+        finished: Callable[[Checkpoint], None],
+    ) -> None:
+        self.states = states
+        self.ack = ack
+        self.flush_interval = flush_interval
+        self.finished = finished
+        self.open = Checkpoint()
+        self.closed: deque[Checkpoint] = deque()
+        self._wake = asyncio.Event()  # the open checkpoint got its first event
+        self._queued = asyncio.Event()  # a checkpoint was closed
+
+    def join(self, message: Message) -> Checkpoint:
+        """The open checkpoint, with ``message`` in it."""
+        checkpoint = self.open
+        checkpoint.messages.append(message)
+        if len(checkpoint.messages) == 1:
+            checkpoint.started = time.perf_counter()
+            self._wake.set()
+        return checkpoint
+
+    def close(self) -> None:
+        checkpoint, self.open = self.open, Checkpoint()
+        self.states.snapshot(checkpoint)
+        self.closed.append(checkpoint)
+        self._queued.set()
+
+    async def run(self) -> None:
+        """Finish checkpoints in order, for as long as the worker runs; raises
+        when one cannot be finished (none of its events was acknowledged)."""
+        while True:
+            if not self.closed:
+                if not self.open.messages:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                gather_for = self.open.started + self.flush_interval - time.perf_counter()
+                if gather_for > 0:
+                    self._queued.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._queued.wait(), gather_for)
+                    continue
+                self.close()
+            checkpoint = self.closed[0]
+            await finish(checkpoint, self.states, self.ack)
+            self.closed.popleft()
+            self.finished(checkpoint)

@@ -1,0 +1,264 @@
+"""The runs' state: Faust's RocksDB table addressed by partition, the
+in-flight overlay in front of it, and the TTL sweep.
+
+A run's newest state lives in the overlay from the event that changed it
+until the checkpoint holding that change has written it to the table (and
+its changelog); later events of the run read it there. The table is
+written only by checkpoints (streams/worker/checkpoint.py), after the
+verdicts it implies were acknowledged by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import faust
+import msgspec
+from faust.stores.rocksdb import Store as RocksDBStore
+from faust.types import TP
+
+from schemas.codec import decode_stored, encode_stored, touched_at
+from schemas.state import RunState, StoredRun
+from streams.observability import logs
+from streams.observability.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from streams.worker.checkpoint import Checkpoint
+
+log = logging.getLogger("loopwarden.worker")
+
+STORE_URL = "loopwarden://"
+"""The runs table's store: ``RunStore``, registered under this scheme (the
+``faust.stores`` entry point in pyproject.toml)."""
+
+#: A run's stored state must fit in one Kafka message (brokers refuse
+#: messages over ~1 MB by default). Only pathological events (megabyte-long
+#: tool names or error texts) come near it.
+MAX_STATE_BYTES = 512 * 1024
+#: State writes between two chances for the processor to take new events.
+WRITES_PER_YIELD = 200
+
+Slot = tuple[int, bytes]
+"""(partition, run key): where a run's state lives."""
+
+
+
+class RunStore(RocksDBStore):
+    """Faust's RocksDB store, read and written by partition.
+
+    Faust's store picks a partition's database from the task-local *current
+    event*; the worker takes events of many partitions in one task, so each
+    access names its partition. ``_db_for_partition`` is the base class's own
+    way to reach (and, as for its own reads, open) one partition's database;
+    there is no public one (checked on faust-streaming 0.15.3).
+    """
+
+    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
+    # mode would otherwise name a subclass's logger after this module.
+    logger = logging.getLogger("faust.loopwarden.store")
+
+    def get_in(self, partition: int, key: bytes) -> bytes | None:
+        return self._db_for_partition(partition).get(key)
+
+    def put_in(self, partition: int, key: bytes, value: bytes) -> None:
+        self._db_for_partition(partition).put(key, value)
+
+    def delete_in(self, partition: int, key: bytes) -> None:
+        self._db_for_partition(partition).delete(key)
+
+    def items_in(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of one partition's database, without Faust's offset record."""
+        offset_key = self.offset_key
+        return ((k, v) for k, v in self._db_for_partition(partition).items() if k != offset_key)
+
+
+class InFlight:
+    """A run's newest state, and the last checkpoint that took an event of it."""
+
+    __slots__ = ("stored", "checkpoint")
+
+    def __init__(self, stored: StoredRun, checkpoint: Checkpoint | None = None) -> None:
+        self.stored = stored
+        self.checkpoint = checkpoint
+
+
+class RunStates:
+    """The in-flight overlay over the runs table, the table's writes and its TTL sweep.
+
+    A write puts the value into the partition's RocksDB and sends it to the
+    table's changelog topic on the same partition. The changelog message is
+    sent straight to the producer rather than through ``table[key] = value``,
+    whose buffer is drained one message at a time and, above 100 waiting
+    messages, stalls the consumer; the changelog offset is recorded in RocksDB
+    on acknowledgement exactly as Faust does, so recovery resumes from it.
+    """
+
+    def __init__(self, app: faust.App, table: Any, metrics: WorkerMetrics) -> None:
+        self.app = app
+        self.table = table
+        self.metrics = metrics
+        self.live: dict[Slot, InFlight] = {}
+        self._changelog: str | None = None
+
+    @property
+    def store(self) -> RunStore:
+        return self.table.data
+
+    @property
+    def changelog(self) -> str:
+        if self._changelog is None:
+            self._changelog = self.table.changelog_topic_name
+        return self._changelog
+
+    # -- the overlay ---------------------------------------------------------
+
+    def load(self, slot: Slot) -> InFlight:
+        """The run's state in flight, else read from the table (not yet in flight:
+        ``hold`` puts it there once the engine has taken an event of it)."""
+        entry = self.live.get(slot)
+        if entry is None:
+            entry = InFlight(self._read(slot))
+        return entry
+
+    def hold(self, slot: Slot, entry: InFlight, checkpoint: Checkpoint) -> None:
+        """Keep ``entry`` in flight until ``checkpoint`` (or a later one) writes it."""
+        entry.checkpoint = checkpoint
+        self.live[slot] = entry
+
+    def _read(self, slot: Slot) -> StoredRun:
+        partition, key = slot
+        data = self.store.get_in(partition, key)
+        if data is None:
+            return StoredRun(0.0, RunState())
+        try:
+            return decode_stored(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Not written by this version: start the run afresh rather than
+            # stop every run of the partition behind it.
+            self.metrics.states_unreadable.inc()
+            logs.event(
+                log, logging.ERROR, "stored run state unreadable; starting the run afresh",
+                event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
+            )
+            return StoredRun(0.0, RunState())
+
+    # -- writes (called by the checkpoint) -------------------------------------
+
+    def snapshot(self, checkpoint: Checkpoint) -> None:
+        """The bytes of every state ``checkpoint`` changed, as they are now."""
+        now = time.time()
+        for (partition, key), touched in checkpoint.touched.items():
+            if touched.dirty:
+                stored = touched.run.stored
+                stored.touched = now
+                checkpoint.snapshots.append((partition, key, self._encode(key, stored)))
+
+    def _encode(self, key: bytes, stored: StoredRun) -> bytes:
+        """The stored run's bytes; a state that cannot be stored (too large
+        for one message) keeps only its last seq, so the worker never stalls
+        on one pathological run."""
+        try:
+            data = encode_stored(stored)
+            if len(data) <= MAX_STATE_BYTES:
+                return data
+            problem = f"{len(data)} bytes (limit {MAX_STATE_BYTES})"
+        except (OverflowError, TypeError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        self.metrics.states_reset.inc()
+        logs.event(
+            log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
+            event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
+        )
+        stored.state = RunState(last_seq=stored.state.last_seq)
+        return encode_stored(stored)
+
+    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
+        """Write the checkpoint's snapshots; return the changelog sends' futures.
+        Runs no later checkpoint took an event of leave the overlay: the table has them now."""
+        written = []
+        for n, (partition, key, data) in enumerate(checkpoint.snapshots, 1):
+            self.store.put_in(partition, key, data)
+            written.append(await self._send_changelog(partition, key, data))
+            if n % WRITES_PER_YIELD == 0:
+                await asyncio.sleep(0)  # new events get their verdicts meanwhile
+        live = self.live
+        for slot, touched in checkpoint.touched.items():
+            entry = touched.run
+            if entry.checkpoint is checkpoint and live.get(slot) is entry:
+                del live[slot]
+        return written
+
+    async def _send_changelog(self, partition: int, key: bytes, value: bytes | None) -> Awaitable[Any]:
+        future = await self.app.producer.send(self.changelog, key, value, partition, None, None)
+        future.add_done_callback(self._persist_offset)
+        return future
+
+    def _persist_offset(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # the checkpoint sees the failure when it awaits the future
+        metadata = future.result()
+        if self.app.in_transaction:
+            self.app.tables.persist_offset_on_commit(self.store, metadata.topic_partition, metadata.offset)
+        else:
+            self.store.set_persisted_offset(metadata.topic_partition, metadata.offset)
+
+    # -- the TTL sweep ---------------------------------------------------------
+
+    def active_partitions(self) -> list[int]:
+        """Changelog partitions this worker owns as active (not standby)."""
+        changelog = self.changelog
+        return sorted(tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == changelog)
+
+    def _owns(self, partition: int) -> bool:
+        return not self.app.rebalancing and TP(self.changelog, partition) in self.app.assignor.assigned_actives()
+
+    async def sweep(self, ttl: float) -> int:
+        """Expire runs idle longer than ``ttl`` in partitions this worker owns
+        as active (never standbys, never while rebalancing); how many expired.
+        The runs each partition still holds go to the metrics' active runs."""
+        if self.app.rebalancing:
+            return 0
+        cutoff = time.time() - ttl
+        expired = 0
+        for partition in self.active_partitions():
+            held = 0
+            for seen, (key, value) in enumerate(self.store.items_in(partition), 1):
+                held += 1
+                if seen % 1024 == 0:
+                    await asyncio.sleep(0)  # a large table does not hold up the processor
+                    if not self._owns(partition):
+                        break
+                try:
+                    recent = touched_at(value) >= cutoff
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    recent = False  # unreadable: expire it like an idle run
+                if recent or (partition, key) in self.live:
+                    continue  # recent, or in flight right now
+                if await self._expire(partition, key, cutoff):
+                    expired += 1
+                    held -= 1
+            self.metrics.runs_held(partition, held)
+            await asyncio.sleep(0)
+        return expired
+
+    async def _expire(self, partition: int, key: bytes, cutoff: float) -> bool:
+        """Delete a run idle since before ``cutoff`` (re-checked right before
+        deleting, with no await in between) and send its changelog tombstone
+        to the same partition."""
+        if not self._owns(partition):
+            return False  # revoked while the sweep waited for a send
+        current = self.store.get_in(partition, key)
+        if current is None:
+            return False
+        try:
+            if touched_at(current) >= cutoff:
+                return False
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        self.store.delete_in(partition, key)
+        await self._send_changelog(partition, key, None)
+        return True

@@ -1,0 +1,170 @@
+"""The worker's Kafka transport: Faust's aiokafka driver, subclassed.
+
+Registered under the ``loopwarden://`` broker scheme (the ``faust.transports``
+entry point in pyproject.toml), which only the worker's app uses. Two things
+differ from the driver it extends:
+
+- **Batched intake.** Faust delivers every fetched message on its own: two
+  tasks to race the delivery against a flow suspension, the conductor's lock,
+  an Event object, a channel queue, the stream iterator and its
+  acknowledgement bookkeeping, about 400 µs of CPU per message on this
+  project's benchmark machine, whatever the agent does. Here each batch that
+  ``Consumer.getmany`` returns (it stops early when the flow is suspended for
+  a rebalance and drops records of an older generation) is tracked for
+  commits exactly as Faust tracks a message and handed to the app's intake in
+  one synchronous call. Messages of every other topic (the table changelogs
+  read during recovery) go through Faust's own delivery, unchanged.
+  Acknowledgement stays Faust's: the processor calls ``Consumer.ack`` for each
+  message once it is finished, Faust commits acknowledged offsets, and a
+  rebalance waits (``wait_empty``) until every tracked message is acknowledged.
+- **Two rebalance corrections** (docs/PROCESSING.md tells how each was
+  found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
+
+Checked against faust-streaming 0.15.3 and aiokafka 0.14.0 (the range pinned
+in pyproject.toml). Faust offers no public hook for the fetch loop: the
+batched intake overrides ``Consumer._drain_messages``, the method Faust's
+``Fetcher`` runs, and keeps its offset bookkeeping through the base class's
+``_read_offset`` (the read positions Faust's own seeks reset) and
+``_add_gap``; the consumer thread is chosen by ``_new_consumer_thread``, the
+factory the base class leaves to its drivers. Those are the only non-public
+members used; a Faust upgrade must re-check them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, Protocol, cast
+
+from faust.transport.drivers import aiokafka as driver
+from faust.types import TP
+from faust.types.tuples import Message
+
+SCHEME = "loopwarden"
+"""The broker URL scheme this transport is registered under."""
+
+# Faust's own lines stay under the faust logger (held at --faust-loglevel);
+# mode would otherwise name a subclass's logger after this module.
+faust_log = logging.getLogger("faust.loopwarden.transport")
+
+
+class Intake(Protocol):
+    """Where the consumer hands the events topic's batches."""
+
+    topic: str
+
+    def feed(self, messages: list[Message]) -> None:
+        """Take a batch of fetched messages (synchronous: no await in between)."""
+
+    def room(self) -> Awaitable[None] | None:
+        """None when more may be fed now, else an awaitable that waits for room."""
+
+
+class ConsumerThread(driver.AIOKafkaConsumerThread):
+    """The aiokafka consumer thread, seeking uncommitted partitions to their beginning.
+
+    After a rebalance Faust drops the records it fetched while the flow was
+    suspended and seeks back to the committed offsets to fetch them again; but
+    aiokafka's ``seek_to_committed`` does not move a partition whose committed
+    offset is missing or 0, so for a partition nothing was committed for yet
+    those records would be gone. Such partitions are sought to their
+    beginning, which is what ``auto_offset_reset="earliest"`` means for them.
+    """
+
+    logger = faust_log
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed = await super().seek_to_committed()
+        uncommitted = [tp for tp, offset in committed.items() if not offset]
+        if uncommitted:
+            await self.seek_to_beginning(*uncommitted)
+        return committed
+
+
+class Consumer(driver.Consumer):
+    """Faust's aiokafka consumer with the batched intake and generation-checked acknowledgements."""
+
+    logger = faust_log
+    acked_since_commit = 0
+
+    def _new_consumer_thread(self) -> ConsumerThread:
+        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def ack(self, message: Message) -> bool:
+        """Faust's ``ack``, ignoring messages fetched under an older consumer generation.
+
+        Such a message reaches the stream after the rebalance, is skipped and
+        acknowledged; its offset could then be committed before the same
+        offset, fetched again, is processed. Every event this worker processed
+        under the old generation was acknowledged before the rebalance
+        finished (Faust waits for that), so nothing is held back.
+        """
+        generation = getattr(message, "generation_id", None)  # absent on messages not from a fetch
+        if generation is not None and generation != self.app.consumer_generation_id:
+            return False
+        if super().ack(message):
+            self.acked_since_commit += 1
+            return True
+        return False
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        intake = cast(Intake | None, getattr(self.app, "intake", None))
+        if intake is None:
+            await super()._drain_messages(fetcher)
+        else:
+            await self._drain_in_batches(fetcher, intake)
+
+    async def _drain_in_batches(self, fetcher: Any, intake: Intake) -> None:
+        """Faust's fetch loop, with the intake topic's messages handed over per batch."""
+        topic = intake.topic
+        deliver = self.callback
+        read_offset = self._read_offset
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        track = self.track_message
+        suspended = self.suspend_flow
+        commit_every = self.app.conf.broker_commit_every
+        try:
+            while not (self.should_stop or fetcher.should_stop):
+                room = intake.room()
+                if room is not None:
+                    # Backpressure: fetch nothing more while the processor is
+                    # full. (A rebalance cancels this task and starts it again.)
+                    await room
+                    continue
+                await self.sleep(0)
+                if self.should_stop:
+                    break
+                batch: list[Message] = []
+                async for tp, message in self.getmany(timeout=1.0):
+                    offset = message.offset
+                    last = read_offset[tp]
+                    if last is not None and offset < last:
+                        continue  # fetched again after a seek: already taken
+                    if last and offset - last > 1 and acks_enabled_for(message.topic):
+                        # Offsets that never reach the stream (transaction
+                        # markers, compaction) must not hold commits back.
+                        await self._add_gap(tp, last + 1, offset)
+                    if message.topic == topic:
+                        # Tracked before it is fed: if a rebalance cancels this
+                        # loop first, the batch is dropped, leaves Faust's (weak)
+                        # tracking set unacknowledged, and is fetched again.
+                        track(message)
+                        batch.append(message)
+                    else:
+                        await self.wait_first(deliver(message), suspended.wait())
+                    read_offset[tp] = offset
+                if batch:
+                    intake.feed(batch)
+                if commit_every is not None and self.acked_since_commit >= commit_every:
+                    self.acked_since_commit = 0
+                    await self.commit()
+        except (asyncio.CancelledError, *self.consumer_stopped_errors):
+            if not self.transport.app.should_stop:
+                raise  # a rebalance restarts the fetcher; anything else is a crash
+
+
+class Transport(driver.Transport):
+    """The aiokafka transport with the worker's consumer."""
+
+    Consumer = Consumer

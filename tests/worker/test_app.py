@@ -1,0 +1,38 @@
+"""The worker app's correction of Faust's flow control."""
+
+from __future__ import annotations
+
+from mode.utils.queues import FlowControlEvent, FlowControlQueue
+
+from streams.worker.app import FlowControl
+
+
+def queue_after_resumes(flow: FlowControlEvent, *, suspend_between: bool) -> int:
+    """Events left queued after a resume, a put, and a second resume."""
+    flow.resume()
+    queue: FlowControlQueue[int] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
+    queue.put_nowait(1)
+    if suspend_between:
+        flow.suspend()
+    flow.resume()
+    return queue.qsize()
+
+
+def test_a_resume_without_a_suspension_keeps_queued_events() -> None:
+    assert queue_after_resumes(FlowControlEvent(), suspend_between=False) == 0  # Faust's own: dropped
+    assert queue_after_resumes(FlowControl(), suspend_between=False) == 1
+
+
+def test_a_resume_after_a_suspension_empties_the_queues() -> None:
+    assert queue_after_resumes(FlowControl(), suspend_between=True) == 0
+
+
+def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> None:
+    """--faust-loglevel holds the faust loggers; a subclass of a Faust service
+    would otherwise log Faust's lifecycle lines under its own module's name."""
+    from streams.worker.app import WorkerApp
+    from streams.worker.store import RunStore
+    from streams.worker.transport import Consumer, ConsumerThread
+
+    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, ConsumerThread)}
+    assert all(name.startswith("faust.") for name in names.values()), names

@@ -1,0 +1,177 @@
+"""The processor taking events, with fakes for Faust's app, its producer and the runs table."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import streams.worker.processor as processor_module
+from schemas.codec import BadEvent
+from schemas.config import FleetConfig
+from schemas.state import RunState, StoredRun
+from streams.worker.processor import Processor
+from streams.worker.settings import Settings, Topics
+from schemas.codec import decode_stored, encode_stored
+
+SETTINGS = Settings(topics=Topics(events="ev", decisions="dec", deadletter="dl"))
+CALL = b'{"type":"tool_call","run_id":"r1","seq":%d,"tool_call_id":"c","tool_name":"exec","args":{"cmd":"ls"}}'
+
+
+@dataclass
+class FakeProducer:
+    """Sends complete when the test says so; a topic in ``refuse`` raises at send."""
+
+    refuse: set[str] = field(default_factory=set)
+    sent: list[tuple[str, bytes | None, asyncio.Future[Any]]] = field(default_factory=list)
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, *args: Any, **kwargs: Any) -> Any:
+        if topic in self.refuse:
+            raise ValueError("MessageSizeTooLargeError: the message is too large")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.sent.append((topic, value, future))
+        return future
+
+
+class FakeStore:
+    """A RunStore's partition-addressed reads and writes, in a dict."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[int, bytes], bytes] = {}
+
+    def get_in(self, partition: int, key: bytes) -> bytes | None:
+        return self.rows.get((partition, key))
+
+
+def make_processor(producer: FakeProducer) -> Processor:
+    app = SimpleNamespace(
+        producer=producer,
+        consumer=SimpleNamespace(ack=lambda message: None),
+        assignor=SimpleNamespace(assigned_actives=set),  # owns nothing: no lag to report
+    )
+    table = SimpleNamespace(data=FakeStore(), changelog_topic_name="runs-changelog")
+    return Processor(app, SETTINGS, FleetConfig(), table)  # type: ignore[arg-type]
+
+
+def message(value: bytes, key: bytes = b"r1", offset: int = 0) -> Any:
+    return SimpleNamespace(value=value, key=key, topic="ev", partition=0, offset=offset, tp=("ev", 0))
+
+
+def test_a_refused_event_leaves_no_run_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine refuses the first event of a run: the run must not stay in
+    the in-flight overlay (no checkpoint would ever remove it, and the sweep
+    skips runs in flight)."""
+
+    def refuse(state: Any, event: Any, config: Any) -> Any:
+        raise BadEvent("unhashable", "cannot hash payload 'args': TypeError")
+
+    monkeypatch.setattr(processor_module, "apply_safely", refuse)
+
+    async def scenario() -> Processor:
+        processor = make_processor(FakeProducer())
+        await processor.take(message(CALL % 1))
+        return processor
+
+    processor = asyncio.run(scenario())
+    assert processor.metrics.summary().get("events", 0) == 0
+    assert processor.states.live == {}
+
+
+def test_a_run_in_flight_keeps_its_state_across_events() -> None:
+    async def scenario() -> Processor:
+        processor = make_processor(FakeProducer())
+        for seq in (1, 2):
+            await processor.take(message(CALL % seq, offset=seq))
+        return processor
+
+    processor = asyncio.run(scenario())
+    assert processor.metrics.summary().get("events", 0) == 2
+    assert processor.states.live[(0, b"r1")].stored.state.last_seq == 2
+
+
+def test_a_run_starts_from_its_stored_state() -> None:
+    async def scenario() -> Processor:
+        processor = make_processor(FakeProducer())
+        processor.states.store.rows[(0, b"r1")] = encode_stored(StoredRun(1.0, RunState(last_seq=5)))
+        await processor.take(message(CALL % 5))  # not above the stored seq: a duplicate
+        return processor
+
+    processor = asyncio.run(scenario())
+    assert processor.metrics.summary().get("duplicates", 0) == 1
+    assert decode_stored(processor.states.store.rows[(0, b"r1")]).state.last_seq == 5
+
+
+def test_a_dead_letter_counts_once_the_broker_has_it() -> None:
+    async def scenario() -> tuple[Processor, list[int]]:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        await processor.take(message(b"not json"))
+        counted = [processor.metrics.summary().get("deadlettered", 0)]
+        [(topic, value, future)] = producer.sent
+        assert (topic, value) == ("dl", b"not json")
+        future.set_result(None)
+        await asyncio.sleep(0)
+        counted.append(processor.metrics.summary().get("deadlettered", 0))
+        return processor, counted
+
+    processor, counted = asyncio.run(scenario())
+    assert counted == [0, 1]
+    assert processor.metrics.summary().get("deadlettered.not_json", 0) == 1
+
+
+def test_a_dead_letter_that_fails_is_not_counted_as_sent() -> None:
+    async def scenario() -> tuple[Processor, asyncio.Future[Any]]:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        await processor.take(message(b"not json"))
+        [(_, _, future)] = producer.sent
+        future.set_exception(ConnectionError("broker gone"))
+        await asyncio.sleep(0)
+        return processor, future
+
+    processor, future = asyncio.run(scenario())
+    assert processor.metrics.summary().get("deadlettered", 0) == 0
+    # The checkpoint awaits this send: it fails, and nothing of it is acknowledged.
+    assert processor.checkpoints.open.sent == [future]
+
+
+def test_a_dead_letter_the_producer_refuses_is_counted_as_failed_only() -> None:
+    async def scenario() -> Processor:
+        processor = make_processor(FakeProducer(refuse={"dl"}))
+        await processor.take(message(b"not json"))
+        return processor
+
+    processor = asyncio.run(scenario())
+    assert processor.metrics.summary().get("deadlettered", 0) == 0
+    assert processor.metrics.summary().get("deadletter_failed", 0) == 1
+
+
+def test_every_refusal_carries_its_kind() -> None:
+    async def scenario() -> list[str]:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        for value, key in [
+            (b"", b"r1"),
+            (b"x" * (SETTINGS.max_event_bytes + 1), b"r1"),
+            (CALL % 1, b"other"),
+            (b'{"type":"nope","run_id":"r1","seq":1}', b"r1"),
+            (b'{"run_id":"r1","seq":1}', b"r1"),
+            (b'{"type":"tool_call","run_id":"r1","seq":"one"}', b"r1"),
+        ]:
+            await processor.take(message(value, key))
+        for _, _, future in producer.sent:
+            future.set_result(None)
+        await asyncio.sleep(0)
+        return sorted(k for k in processor.metrics.summary() if k.startswith("deadlettered."))
+
+    assert asyncio.run(scenario()) == [
+        "deadlettered.empty",
+        "deadlettered.invalid",
+        "deadlettered.key_mismatch",
+        "deadlettered.missing_type",
+        "deadlettered.too_large",
+        "deadlettered.unknown_type",
+    ]
