@@ -52,7 +52,7 @@ from msgspec import UNSET
 
 from schemas.verdicts import Verdict
 from streams.engine.hashing import args_hash as engine_args_hash
-from streams.engine.hashing import classify, result_outcome
+from streams.engine.hashing import hash_result, wire_fields
 from streams.engine.stablejson import normalize_payload
 
 EVENTS_TOPIC = "loopwarden.events"
@@ -111,7 +111,6 @@ class Call:
     tool_name: str
     args: Any = UNSET
     args_hash: str | None = None
-    kind: int = 0
     published_at: float = 0.0
     _waiter: _Waiter | None = field(default=None, repr=False)
 
@@ -352,7 +351,6 @@ class GuardClient:
             raise ValueError("tool_name must be a non-empty string")
         call_id = tool_call_id or f"lw-{self._prefix}-{next(self._call_ids)}"
         norm_args = normalize_payload(args) if args is not UNSET else UNSET
-        kind = classify(tool_name, norm_args)
         body: dict[str, Any] = {"type": "tool_call", "run_id": run_id, "seq": -1, "tool_call_id": call_id,
                                 "tool_name": tool_name}  # fmt: skip
         if self.local_hashing:
@@ -375,7 +373,7 @@ class GuardClient:
             body["session_key"] = session_key
         body["ts"] = time.time()
         waiter = _Waiter()
-        call = Call(run_id, -1, call_id, tool_name, args, args_hash, kind, time.monotonic(), waiter)
+        call = Call(run_id, -1, call_id, tool_name, args, args_hash, time.monotonic(), waiter)
         call.seq = self._publish(run, run_id, body, waiter)
         return call
 
@@ -431,19 +429,22 @@ class GuardClient:
                                 "tool_call_id": call.tool_call_id, "tool_name": call.tool_name}  # fmt: skip
         if self.local_hashing:
             body["args_hash"] = call.args_hash
-            small = minimal_args(call.tool_name, normalize_payload(call.args) if call.args is not UNSET else UNSET)
+            args = normalize_payload(call.args) if call.args is not UNSET else UNSET
+            small = minimal_args(call.tool_name, args)
             if small is not UNSET:
                 body["args"] = small
-            if result_hash is None:
-                result_hash, unknown = result_outcome(
-                    call.tool_name,
-                    call.kind,
-                    normalize_payload(result) if result is not UNSET else UNSET,
-                    normalize_payload(error) if error is not UNSET else UNSET,
+            if result_hash is None:  # every field of spec §7.5 the payload gives
+                body.update(
+                    wire_fields(
+                        hash_result(
+                            call.tool_name,
+                            args,
+                            normalize_payload(result) if result is not UNSET else UNSET,
+                            normalize_payload(error) if error is not UNSET else UNSET,
+                        )
+                    )
                 )
-                if unknown is not None:
-                    body["unknown_tool_name"] = unknown
-            if result_hash is not None:
+            else:
                 body["result_hash"] = result_hash
         else:
             if call.args is not UNSET:
