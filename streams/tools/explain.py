@@ -174,7 +174,8 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
                 facts = None  # apply_safely below refuses it with the reason
             if facts is not None:
                 step.result_hash, step.unknown_tool = facts.result_hash, facts.unknown_tool_name
-                step.outcome = _outcome_text(facts.outcome_kind, facts.no_progress)
+                errored = (facts.result_hash or "").startswith("error:")  # err: says it already
+                step.outcome = _outcome_text(facts.outcome_kind, facts.no_progress and not errored)
             step.args_hash = signature or (record.args_hash if record else None)
             vetoed = record is not None and bool(record.flags & VETO)
             if current.aborted is not None:
@@ -337,7 +338,7 @@ def format_timeline(
         "  measures (before each call): np = no-progress streak (=result, ~result: exec failing the same way",
         "  across args variants, =veto: vetoes alone), unk = unknown-tool streak, pp = ping-pong count (<>paired",
         "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
-        "  (Nv: N of them veto records); results: veto, fail = terminal exec failure, np = no-progress outcome",
+        "  (Nv: N of them veto records); results: veto, fail = terminal exec failure, np = unchanged write",
         "",
         f"{'seq':>5}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
     ]

@@ -549,3 +549,14 @@ def test_wire_fields_are_only_those_set():
     assert wire_fields(hashed("read", {}, VETO_RESULT)) == {"outcome_kind": "veto"}
     failed = wire_fields(hashed("exec", {}, exec_failure("boom")))
     assert failed["outcome_kind"] == "terminal_failure" and set(failed) == {"result_hash", "outcome_kind", "failure_identity"}
+
+
+def test_argument_churn_switch_is_read_checked_and_merged():
+    from streams.engine.config import ConfigError
+
+    assert fleet().default.argument_churn is True
+    assert fleet(detectors={"argumentChurn": False}).default.argument_churn is False
+    with pytest.raises(ConfigError, match=r"^tools\.loopDetection\.detectors\.argumentChurn: expected true or false"):
+        fleet(detectors={"argumentChurn": "no"})
+    merged = fleet(agents={"a": {"detectors": {"argumentChurn": False}}}, detectors={"pingPong": False}).for_agent("a")
+    assert (merged.argument_churn, merged.ping_pong, merged.generic_repeat) == (False, False, True)
