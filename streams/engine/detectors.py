@@ -8,7 +8,7 @@ healthy run costs a few steps per call whatever historySize is.
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from msgspec import Struct
 
@@ -37,10 +37,11 @@ class PingPong(Struct, gc=False, frozen=True):
     no_progress: bool = False
 
 
-class Streak(Struct, gc=False, frozen=True):
-    """A no-progress streak and the result hash it repeats (None when only vetoes counted)."""
+class Streak(NamedTuple):
+    """A no-progress streak and the result hash it repeats (None when only vetoes
+    counted). A tuple: one is made for every call whose args are in the window."""
 
-    count: int = 0
+    length: int = 0
     result_hash: str | None = None
 
 
@@ -207,6 +208,12 @@ def ping_pong(history: list[Record], signature: str) -> PingPong:
     return PingPong(tail + 1, last.tool, last_sig, no_progress and len(results) == 2)
 
 
+def _repeated(tool: str, streak: int, across_args: bool) -> str:
+    if across_args:
+        return f"{tool} failed the same way {streak} times in a row, across argument variants"
+    return f"{tool} was called {streak} times in a row with identical arguments and no progress"
+
+
 def _utf16(text: str) -> bytes:
     return text.encode("utf-16-be", "surrogatepass")
 
@@ -247,16 +254,17 @@ def call_streak(history: list[Record], same_call: list[Record], tool: str, signa
 def measure(history: list[Record], tool: str, signature: str, is_poll: bool) -> Measures:
     same_call = same_call_records(history, tool, signature)
     same_args, across = call_streak(history, same_call, tool, signature)
-    streak = across if across.count > same_args.count else same_args
+    across_won = across.length > same_args.length
+    streak = across if across_won else same_args
     unknown, unknown_name = unknown_tool_streak(history, tool)
     pp = ping_pong(history, signature)
     churn = argument_churn(history, tool, signature)
     return Measures(
-        streak=streak.count,
+        streak=streak.length,
         streak_result=streak.result_hash,
-        streak_across_args=streak is across and across.count > 0,
-        same_args_streak=same_args.count,
-        exec_streak=across.count,
+        streak_across_args=across_won,
+        same_args_streak=same_args.length,
+        exec_streak=across.length,
         unknown=unknown,
         unknown_name=unknown_name,
         ping_pong=pp.count,
@@ -304,20 +312,16 @@ def detect(
     else:
         return None
     same_args, across = call_streak(history, same_call, tool, signature)
-    if across.count > same_args.count:
-        streak, latest = across.count, across.result_hash
-        repeated = f"{tool} failed the same way {streak} times in a row, across argument variants"
-    else:
-        streak, latest = same_args.count, same_args.result_hash
-        repeated = f"{tool} was called {streak} times in a row with identical arguments and no progress"
-    result_key = f"{tool}:{signature}:{latest or 'none'}"
+    across_won = across.length > same_args.length
+    streak, latest = across if across_won else same_args
     if streak >= cfg.global_circuit_breaker_threshold:
         return Detection(
             "critical",
             "global_circuit_breaker",
             streak,
-            f"CRITICAL: {repeated}. The global circuit breaker blocks it; change approach or report the task as failed.",
-            "global:" + result_key,
+            f"CRITICAL: {_repeated(tool, streak, across_won)}. "
+            "The global circuit breaker blocks it; change approach or report the task as failed.",
+            f"global:{tool}:{signature}:{latest or 'none'}",
         )
 
     if is_poll and cfg.known_poll_no_progress:
@@ -328,7 +332,7 @@ def detect(
                 streak,
                 f"CRITICAL: {tool} was polled {streak} times with identical arguments and no progress. "
                 "This polling loop is blocked; report the task as stuck or failed.",
-                "poll:" + result_key,
+                f"poll:{tool}:{signature}:{latest or 'none'}",
             )
         if streak >= cfg.warning_threshold:
             return Detection(
@@ -337,7 +341,7 @@ def detect(
                 streak,
                 f"WARNING: {tool} was polled {streak} times with identical arguments and no progress. "
                 "Wait longer between checks, or report the task as failed if the process is stuck.",
-                "poll:" + result_key,
+                f"poll:{tool}:{signature}:{latest or 'none'}",
             )
 
     if cfg.ping_pong and in_window and len(history) + 1 >= cfg.warning_threshold:
@@ -372,8 +376,9 @@ def detect(
             "critical",
             "generic_repeat",
             streak,
-            f"CRITICAL: {repeated}. This loop is blocked; change the arguments or the approach, or report the task as failed.",
-            "generic:" + result_key,
+            f"CRITICAL: {_repeated(tool, streak, across_won)}. "
+            "This loop is blocked; change the arguments or the approach, or report the task as failed.",
+            f"generic:{tool}:{signature}:{latest or 'none'}",
         )
 
     if cfg.argument_churn and len(same_call) >= STABLE_VARIANT_CALLS:

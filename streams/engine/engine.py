@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
@@ -235,7 +234,7 @@ def result_facts(event: ToolResult, kind: int) -> ResultHashes:
         )
     facts = result_outcome(event.tool_name, kind, event.result, event.error)
     if event.unknown_tool_name and facts.result_hash is not None:
-        facts = msgspec.structs.replace(facts, unknown_tool_name=event.unknown_tool_name)
+        facts = facts._replace(unknown_tool_name=event.unknown_tool_name)
     return facts
 
 

@@ -297,7 +297,7 @@ def test_each_newer_veto_adds_one(kinds, vetoes):
     history = [veto(A) if k == "veto" else rec(A, k) for k in kinds]
     before = no_progress_streak(history)
     after = no_progress_streak(history + [veto(A)] * vetoes)
-    assert after == Streak(before.count + vetoes, before.result_hash)
+    assert after == Streak(before.length + vetoes, before.result_hash)
 
 
 def test_a_veto_only_streak_reaches_the_breaker():
@@ -354,7 +354,7 @@ def test_the_longer_walk_wins_and_names_its_result():
     history = [fail(A, "f", "i"), fail(B, "g", "i"), fail(C, "h", "i"), fail(D, "k", "i"), fail(B, "g", "i"), fail(C, "h", "i")]
     found = detect(history, "exec", A, False, low(detectors={"pingPong": False}).default, Counter(r.args_hash for r in history))
     assert found is not None and found.count == 5 and found.warning_key == f"generic:exec:{A}:h"
-    assert no_progress_streak([history[0]]).count == 1  # the per-args walk: shorter
+    assert no_progress_streak([history[0]]).length == 1  # the per-args walk: shorter
 
 
 # --- §7.3 argument churn ------------------------------------------------------------------------------
