@@ -14,7 +14,7 @@ from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
-from schemas.state import KIND_OTHER, MAX_UNFINISHED, NO_PROGRESS, TERMINAL_FAILURE, VETO, Abort, Record, RunState, Triple
+from schemas.state import MAX_UNFINISHED, NO_PROGRESS, TERMINAL_FAILURE, VETO, Abort, Record, RunState, Triple
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Decision, Verdict
 from streams.engine import guard
 from streams.engine.detectors import detect
