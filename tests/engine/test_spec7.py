@@ -560,3 +560,40 @@ def test_argument_churn_switch_is_read_checked_and_merged():
         fleet(detectors={"argumentChurn": "no"})
     merged = fleet(agents={"a": {"detectors": {"argumentChurn": False}}}, detectors={"pingPong": False}).for_agent("a")
     assert (merged.argument_churn, merged.ping_pong, merged.generic_repeat) == (False, False, True)
+
+
+CALL_MENU = [("exec", {"c": 1}), ("exec", {"c": 2}), ("read", {"p": 1}), ("ghost", {})]
+OUTCOME_MENU = [
+    {"res": text_result("same")},
+    {"res": exec_failure("boom at 12:00:01")},
+    {"err": "Unknown tool: ghost"},
+    {"res": text_result("other")},
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=60))
+def test_reporting_vetoes_or_not_leaves_the_same_run(steps):
+    """Property (spec §7.1): a gateway that answers each block with its veto
+    result and one that does not get the same verdicts and the same history."""
+    config = low(unknownToolThreshold=4)
+    quiet, reporting = Driver(config), Driver(config)
+    for call_index, outcome_index in steps:
+        tool, args = CALL_MENU[call_index]
+        verdicts = [d.step(tool, args, **OUTCOME_MENU[outcome_index]) for d in (quiet, reporting)]
+        assert msgspec.structs.replace(verdicts[0], seq=0) == msgspec.structs.replace(verdicts[1], seq=0)
+        if verdicts[1].decision == "block":
+            assert reporting.result(tool, result=VETO_RESULT) == []
+    assert quiet.state().history == reporting.state().history
+    assert quiet.state().unfinished == reporting.state().unfinished
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.text("0123456789abcdef", min_size=16, max_size=16), min_size=2, max_size=2),
+    st.text(st.characters(blacklist_characters='"\\<', blacklist_categories=["Cs"]), max_size=40),
+)
+def test_any_fresh_marker_id_hashes_the_same(ids, body):
+    """Property: the same wrapped content under any two ids is one outcome."""
+    first, second = (hashed("web_fetch", {}, text_result(f"fetched: {wrap(i, body)} done")) for i in ids)
+    assert first.result_hash == second.result_hash
