@@ -208,10 +208,14 @@ def ping_pong(history: list[Record], signature: str) -> PingPong:
     return PingPong(tail + 1, last.tool, last_sig, no_progress and len(results) == 2)
 
 
-def _repeated(tool: str, streak: int, across_args: bool) -> str:
+def _unusual_streak(tool: str, streak: int, across_args: bool, latest: str | None) -> str:
+    """What a streak repeated, for a critical message, when it is not one result
+    for identical arguments (then "" and the message says that)."""
     if across_args:
         return f"{tool} failed the same way {streak} times in a row, across argument variants"
-    return f"{tool} was called {streak} times in a row with identical arguments and no progress"
+    if latest is None:
+        return f"{tool} was called {streak} times in a row with identical arguments, each call vetoed"
+    return ""
 
 
 def _utf16(text: str) -> bytes:
@@ -315,11 +319,12 @@ def detect(
     across_won = across.length > same_args.length
     streak, latest = across if across_won else same_args
     if streak >= cfg.global_circuit_breaker_threshold:
+        repeated = _unusual_streak(tool, streak, across_won, latest)
         return Detection(
             "critical",
             "global_circuit_breaker",
             streak,
-            f"CRITICAL: {_repeated(tool, streak, across_won)}. "
+            f"CRITICAL: {repeated or f'{tool} returned the same result {streak} times in a row for identical arguments'}. "
             "The global circuit breaker blocks it; change approach or report the task as failed.",
             f"global:{tool}:{signature}:{latest or 'none'}",
         )
@@ -372,11 +377,12 @@ def detect(
             )
 
     if not is_poll and cfg.generic_repeat and streak >= cfg.critical_threshold:
+        repeated = _unusual_streak(tool, streak, across_won, latest)
         return Detection(
             "critical",
             "generic_repeat",
             streak,
-            f"CRITICAL: {_repeated(tool, streak, across_won)}. "
+            f"CRITICAL: {repeated or f'{tool} was called {streak} times with identical arguments and identical results'}. "
             "This loop is blocked; change the arguments or the approach, or report the task as failed.",
             f"generic:{tool}:{signature}:{latest or 'none'}",
         )

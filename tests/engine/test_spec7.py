@@ -310,6 +310,7 @@ def test_a_veto_only_streak_reaches_the_breaker():
     v = d.call("exec", {"c": 1})
     assert (v.decision, v.detector, v.count) == ("block", "global_circuit_breaker", 7)
     assert v.warning_key == f"global:exec:{expected_args_hash('exec', {'c': 1})}:none"
+    assert "7 times in a row with identical arguments, each call vetoed" in v.message
 
 
 def test_the_engines_own_vetoes_take_a_blocked_repeat_to_the_breaker():
