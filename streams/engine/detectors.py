@@ -316,6 +316,8 @@ def detect(
     else:
         return None
     same_args, across = call_streak(history, same_call, tool, signature)
+    if not in_window and across.length < cfg.critical_threshold:
+        return None  # below every threshold a streak alone can reach (critical < breaker)
     across_won = across.length > same_args.length
     streak, latest = across if across_won else same_args
     if streak >= cfg.global_circuit_breaker_threshold:
@@ -387,7 +389,8 @@ def detect(
             f"generic:{tool}:{signature}:{latest or 'none'}",
         )
 
-    if cfg.argument_churn and len(same_call) >= STABLE_VARIANT_CALLS:
+    # Churn counts back from the newest record, which must then be this tool's.
+    if cfg.argument_churn and len(same_call) >= STABLE_VARIANT_CALLS and history[-1].tool == tool:
         churn = argument_churn(history, tool, signature)
         if churn.count >= cfg.warning_threshold:
             return Detection(
