@@ -8,7 +8,7 @@ healthy run costs a few steps per call whatever historySize is.
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from msgspec import Struct
 
@@ -37,9 +37,8 @@ class PingPong(Struct, gc=False, frozen=True):
     no_progress: bool = False
 
 
-class Streak(NamedTuple):
-    """A no-progress streak and the result hash it repeats (None when only vetoes
-    counted). A tuple: one is made for every call whose args are in the window."""
+class Streak(Struct, gc=False, frozen=True):
+    """A no-progress streak and the result hash it repeats (None when only vetoes counted)."""
 
     length: int = 0
     result_hash: str | None = None
@@ -319,7 +318,8 @@ def detect(
     if not in_window and across.length < cfg.critical_threshold:
         return None  # below every threshold a streak alone can reach (critical < breaker)
     across_won = across.length > same_args.length
-    streak, latest = across if across_won else same_args
+    winner = across if across_won else same_args
+    streak, latest = winner.length, winner.result_hash
     if streak >= cfg.global_circuit_breaker_threshold:
         repeated = _unusual_streak(tool, streak, across_won, latest)
         return Detection(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
@@ -234,7 +235,7 @@ def result_facts(event: ToolResult, kind: int) -> ResultHashes:
         )
     facts = result_outcome(event.tool_name, kind, event.result, event.error)
     if event.unknown_tool_name and facts.result_hash is not None:
-        facts = facts._replace(unknown_tool_name=event.unknown_tool_name)
+        facts = msgspec.structs.replace(facts, unknown_tool_name=event.unknown_tool_name)
     return facts
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, Struct
 
 from schemas.events import MAX_ID_CHARS
 from schemas.state import (
@@ -183,12 +183,12 @@ def _str_or(value: Any, default: Any) -> Any:
     return value if isinstance(value, str) else default
 
 
-class ResultHashes(NamedTuple):
+class ResultHashes(Struct, frozen=True, gc=False):
     """Everything a finished call's outcome contributes to the history, and so
     everything a gateway that hashes locally must send (spec §7.5).
 
     No `result_hash` means no outcome (nothing sent), unless `outcome_kind` is
-    "veto". A tuple: one is made for every result, and tuples cost the least."""
+    "veto"."""
 
     result_hash: str | None = None
     unknown_tool_name: str | None = None
