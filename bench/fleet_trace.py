@@ -464,15 +464,11 @@ class _Run:
         }
         if self.precomputed:
             _, args = self.open.pop(call_id)
-            kind = _hashing.classify(tool, args)
-            result_hash, unknown = _hashing.result_outcome(
-                tool, kind, _normalize(result) if result is not None else msgspec.UNSET,
+            hashes = _hashing.hash_result(
+                tool, args, _normalize(result) if result is not None else msgspec.UNSET,
                 _normalize(error) if error is not None else msgspec.UNSET,
             )
-            if result_hash is not None:
-                event["result_hash"] = result_hash
-            if unknown is not None:
-                event["unknown_tool_name"] = unknown
+            event.update(_hashing.wire_fields(hashes))
         elif error is not None:
             event["error"] = error
         else:

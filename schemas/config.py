@@ -11,6 +11,7 @@ class DetectorsBlock(Struct, forbid_unknown_fields=True, omit_defaults=True):
     genericRepeat: bool | UnsetType = UNSET
     knownPollNoProgress: bool | UnsetType = UNSET
     pingPong: bool | UnsetType = UNSET
+    argumentChurn: bool | UnsetType = UNSET
 
 
 class PostCompactionGuardBlock(Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -46,6 +47,7 @@ class LoopDetectionConfig(Struct, frozen=True, kw_only=True):
     generic_repeat: bool = True
     known_poll_no_progress: bool = True
     ping_pong: bool = True
+    argument_churn: bool = True
     window_size: int = 3
 
     @property

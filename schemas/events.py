@@ -6,7 +6,7 @@ them, it never interprets more of them than the hashing rules need.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct
@@ -22,6 +22,10 @@ Seq = Annotated[
 Id = Annotated[str, Meta(max_length=MAX_ID_CHARS)]
 ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Timestamp = float | str | None
+OutcomeKind = Annotated[
+    Literal["veto", "terminal_failure"],
+    Meta(description="veto: the call was vetoed (no result_hash); terminal_failure: an exec that failed for good."),
+]
 
 
 class _RunEvent(Struct, tag_field="type", kw_only=True):
@@ -45,12 +49,20 @@ class ToolCall(_CallEvent, tag="tool_call", kw_only=True):
 
 
 class ToolResult(_CallEvent, tag="tool_result", kw_only=True):
-    """A finished call; fills the matching history record with its outcome hash."""
+    """A finished call; fills the matching history record with its outcome hash.
+
+    A gateway that hashes locally sends `result_hash` and, from the same
+    payload, the facts the engine can no longer derive from it (spec §7.5):
+    `outcome_kind` ("veto" with no `result_hash`, or "terminal_failure" with
+    its `failure_identity`) and `no_progress`."""
 
     result: Any = UNSET
     error: Any = UNSET
     result_hash: Id | None = None
     unknown_tool_name: Id | None = None
+    outcome_kind: OutcomeKind | None = None
+    failure_identity: Id | None = None
+    no_progress: bool = False
 
 
 class Compaction(_RunEvent, tag="compaction", kw_only=True):

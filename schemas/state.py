@@ -13,9 +13,21 @@ KIND_PROCESS_LOG = 2
 KIND_VOLATILE_SEND = 3
 KIND_COMMAND_STATUS = 4
 
+# Record.flags: what a finished call's outcome was, beyond its result hash.
+VETO = 1
+"""The call was vetoed (blocked by this engine, or another guard's veto result): no result hash."""
+NO_PROGRESS = 2
+"""The outcome itself says "no progress": an error, or a write that changed nothing."""
+TERMINAL_FAILURE = 4
+"""An `exec` that ran to a non-zero exit with output (spec §7.1)."""
+
 
 class Record(Struct, array_like=True, gc=False):
-    """One tool call in a run's rolling history."""
+    """One tool call in a run's rolling history.
+
+    `flags` and `failure_identity` came last so that records stored before
+    them decode (as plain outcomes); `failure_identity` is set only with
+    TERMINAL_FAILURE."""
 
     tool: str
     args_hash: str
@@ -23,6 +35,8 @@ class Record(Struct, array_like=True, gc=False):
     kind: int = KIND_OTHER
     result_hash: str | None = None
     unknown_tool: str | None = None
+    flags: int = 0
+    failure_identity: str | None = None
 
 
 class Triple(Struct, array_like=True, gc=False, frozen=True):
@@ -52,7 +66,9 @@ class RunState(Struct, kw_only=True, dict=True):
     (streams.engine.engine._seen); only the fields are encoded. `unfinished`
     holds, by call id, the calls that left the history before their result
     arrived, so that a result sent without args still takes its call's args
-    hash; a state stored before it existed decodes with it empty.
+    hash (and a veto record that left the history, so that a veto result for
+it still changes nothing); a state stored before it existed decodes with it
+empty.
     """
 
     last_seq: int = -1

@@ -14,6 +14,7 @@ DetectorName = Literal[
     "known_poll_no_progress",
     "ping_pong",
     "generic_repeat",
+    "argument_churn",
     "compaction_loop_persisted",
 ]
 COMPACTION_LOOP_PERSISTED: Literal["compaction_loop_persisted"] = "compaction_loop_persisted"

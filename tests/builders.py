@@ -97,10 +97,14 @@ def result(
     args_hash: Any = _MISSING,
     result_hash: Any = _MISSING,
     unknown_tool_name: Any = _MISSING,
+    outcome_kind: Any = _MISSING,
+    failure_identity: Any = _MISSING,
+    no_progress: Any = _MISSING,
 ) -> Any:
     return _event(
         "tool_result", run, seq, tool_call_id=call_id, tool_name=tool, result=result, error=error,
         args=args, args_hash=args_hash, result_hash=result_hash, unknown_tool_name=unknown_tool_name,
+        outcome_kind=outcome_kind, failure_identity=failure_identity, no_progress=no_progress,
     )
 
 

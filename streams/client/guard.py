@@ -55,7 +55,7 @@ from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.engine.hashing import args_hash as engine_args_hash
-from streams.engine.hashing import classify, result_outcome
+from streams.engine.hashing import classify, result_outcome, wire_fields
 from streams.engine.stablejson import normalize_payload
 
 Policy = Literal["fail_open", "fail_closed"]
@@ -128,21 +128,17 @@ def local_call_fields(tool_name: str, norm_args: Any) -> dict[str, Any]:
 
 def local_outcome_fields(tool_name: str, kind: int, result: Any, error: Any) -> dict[str, Any]:
     """What a locally hashing gateway publishes of a call's outcome instead of
-    the result or error itself (the result hash and what the engine can no
-    longer derive from the payload). The plugin for OpenClaw computes the same
-    fields; tests/vectors/hashing.json pins both."""
-    result_hash, unknown = result_outcome(
-        tool_name,
-        kind,
-        normalize_payload(result) if result is not UNSET else UNSET,
-        normalize_payload(error) if error is not UNSET else UNSET,
+    the result or error itself: every field of spec §7.5 the payload gives
+    (`kind` is how its call was classified). The OpenClaw plugin computes the
+    same fields; tests/vectors/hashing.json pins both."""
+    return wire_fields(
+        result_outcome(
+            tool_name,
+            kind,
+            normalize_payload(result) if result is not UNSET else UNSET,
+            normalize_payload(error) if error is not UNSET else UNSET,
+        )
     )
-    fields: dict[str, Any] = {}
-    if result_hash is not None:
-        fields["result_hash"] = result_hash
-    if unknown is not None:
-        fields["unknown_tool_name"] = unknown
-    return fields
 
 
 @dataclass(slots=True)
@@ -158,7 +154,7 @@ class Call:
     tool_name: str
     args: Any = UNSET
     args_hash: str | None = None
-    kind: int = 0
+    kind: int = 0  # how the call was classified: how its result is hashed locally
     published_at: float = 0.0
     _waiter: _Waiter | None = field(default=None, repr=False)
 

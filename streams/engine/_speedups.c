@@ -2,6 +2,9 @@
  *
  *   stable_json(value)   -> bytes | None
  *   stable_digest(value) -> str | None    (64 lower-case hex digits)
+ *   outcome_digest(value) -> str | None   (stable_digest, declining any value
+ *                                          with an untrusted-content marker,
+ *                                          whose ids Python makes stable first)
  *   openings(data)       -> int           (how many '[' and '{' bytes: the
  *                                          event decoder's cheap depth bound)
  *
@@ -406,6 +409,23 @@ static PyObject *stable_digest(PyObject *module, PyObject *value) {
     return answer(value, as_digest);
 }
 
+/* Every wrap of external content starts with this; JSON never escapes its
+ * characters, so it shows in the stable JSON exactly where a string holds it. */
+static const char MARKER[] = "<<<EXTERNAL_UNTRUSTED_CONTENT";
+
+static PyObject *outcome_digest(PyObject *module, PyObject *value) {
+    (void)module;
+    Buffer b;
+    int status = encode(&b, value);
+    if (status == FAILED) return NULL;
+    if (status == DONE && memmem(b.data, b.len, MARKER, sizeof(MARKER) - 1) != NULL) {
+        buffer_free(&b);
+        status = FALLBACK;
+    }
+    if (status == FALLBACK) Py_RETURN_NONE;
+    return as_digest(&b);
+}
+
 /* data.count(b"[") + data.count(b"{"), in one pass of 16 bytes at a time. */
 static PyObject *openings(PyObject *module, PyObject *data) {
     (void)module;
@@ -433,6 +453,8 @@ static PyObject *openings(PyObject *module, PyObject *data) {
 static PyMethodDef methods[] = {
     {"stable_json", stable_json, METH_O, "Stable JSON bytes of a decoded payload, or None for the exact Python path."},
     {"stable_digest", stable_digest, METH_O, "sha256 hex digest of stable_json(value), or None for the exact Python path."},
+    {"outcome_digest", outcome_digest, METH_O,
+     "stable_digest(value), or None when the value holds an untrusted-content marker (or for the exact Python path)."},
     {"openings", openings, METH_O, "How many '[' and '{' bytes the buffer holds."},
     {NULL, NULL, 0, NULL},
 };

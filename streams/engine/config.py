@@ -38,7 +38,7 @@ class Resolved(NamedTuple):
 
 _POSITIVE = ("historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold", "globalCircuitBreakerThreshold")
 _SUB_BLOCKS: dict[str, tuple[type[msgspec.Struct], dict[str, str]]] = {
-    "detectors": (DetectorsBlock, {"genericRepeat": "bool", "knownPollNoProgress": "bool", "pingPong": "bool"}),
+    "detectors": (DetectorsBlock, {"genericRepeat": "bool", "knownPollNoProgress": "bool", "pingPong": "bool", "argumentChurn": "bool"}),
     "postCompactionGuard": (PostCompactionGuardBlock, {"windowSize": "int"}),
 }
 _TOP_FIELDS = {"enabled": "bool", **{name: "int" for name in _POSITIVE}}
@@ -130,6 +130,7 @@ def resolve(block: LoopDetectionBlock, where: str, notes: list[str]) -> LoopDete
         generic_repeat=pick(detectors.genericRepeat, True),
         known_poll_no_progress=pick(detectors.knownPollNoProgress, True),
         ping_pong=pick(detectors.pingPong, True),
+        argument_churn=pick(detectors.argumentChurn, True),
         window_size=pick(guard.windowSize, default.window_size),
     )
 

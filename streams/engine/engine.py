@@ -10,15 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
-from schemas.state import KIND_OTHER, MAX_UNFINISHED, Abort, Record, RunState, Triple
+from schemas.state import MAX_UNFINISHED, NO_PROGRESS, TERMINAL_FAILURE, VETO, Abort, Record, RunState, Triple
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Decision, Verdict
 from streams.engine import guard
 from streams.engine.detectors import detect
-from streams.engine.hashing import POLL_KINDS, args_hash, classify, result_outcome
+from streams.engine.hashing import (
+    POLL_KINDS,
+    VETO_OUTCOME,
+    ResultHashes,
+    args_hash,
+    classify,
+    error_text,
+    result_outcome,
+    unknown_tool_name,
+)
 from streams.engine.warnings import should_deliver
 
 
@@ -137,7 +147,10 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
     found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
     decision: Decision
     if found is not None and found.level == "critical":
-        decision = "block"  # not recorded: the block stays in force while nothing changes
+        decision = "block"
+        # A veto record: it adds to the no-progress streak, so a run that keeps
+        # trying a blocked call reaches the circuit breaker (spec §7.1).
+        _record(state, seen, Record(tool, signature, event.tool_call_id, kind, flags=VETO), cfg.history_size)
     else:
         _record(state, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
         if found is None:  # the common case, answered at once
@@ -161,7 +174,8 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
 
 
 def find_open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
-    """Newest record of this call still waiting for its result."""
+    """Newest record of this call still waiting for its result, or its veto record
+    when it was vetoed (blocked, or another guard's veto result)."""
     for record in reversed(history):
         if record.result_hash is not None or record.call_id != call_id:
             continue
@@ -201,36 +215,70 @@ def result_kind(record: Record | None, tool: str, args: Any) -> int:
     return record.kind if record is not None and args is UNSET else classify(tool, args)
 
 
+def result_facts(event: ToolResult, kind: int) -> ResultHashes:
+    """The outcome a result reports: as a gateway that hashed it locally sent it
+    (spec §7.5), else hashed here from its payload."""
+    if event.outcome_kind == "veto":
+        return VETO_OUTCOME
+    if event.result_hash:
+        errored = event.error is not UNSET and event.error is not None
+        unknown = event.unknown_tool_name or None
+        if unknown is None and errored:
+            unknown = unknown_tool_name(error_text(event.error))
+        terminal = event.outcome_kind == "terminal_failure"
+        return ResultHashes(
+            event.result_hash,
+            unknown,
+            event.outcome_kind,
+            event.failure_identity if terminal else None,
+            event.no_progress or errored,
+        )
+    facts = result_outcome(event.tool_name, kind, event.result, event.error)
+    if event.unknown_tool_name and facts.result_hash is not None:
+        facts = msgspec.structs.replace(facts, unknown_tool_name=event.unknown_tool_name)
+    return facts
+
+
+def _flags(facts: ResultHashes) -> int:
+    flags = NO_PROGRESS if facts.no_progress else 0
+    if facts.outcome_kind == "terminal_failure":
+        flags |= TERMINAL_FAILURE
+    return flags
+
+
 def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> Verdict | None:
     if state.aborted is not None:
         return None
     tool = event.tool_name
     signature = result_signature(event)
     record, late = open_call(state, event, signature)
-    kind = result_kind(record, tool, event.args)
-    result_hash: str | None
-    unknown: str | None
-    if event.result_hash:
-        result_hash = event.result_hash
-        unknown = event.unknown_tool_name or None
-        if unknown is None and event.error is not UNSET and event.error is not None:
-            unknown = result_outcome(tool, KIND_OTHER, None, event.error)[1]
-    else:
-        result_hash, unknown = result_outcome(tool, kind, event.result, event.error)
-        if event.unknown_tool_name:
-            unknown = event.unknown_tool_name
-    if result_hash is None:
-        return None  # no outcome (or the guard's own veto): not progress, resets nothing
+    facts = result_facts(event, result_kind(record, tool, event.args))
+    result_hash = facts.result_hash
+    vetoed = record is not None and bool(record.flags & VETO)
+    if result_hash is None and (facts.outcome_kind != "veto" or vetoed):
+        # No outcome; or a veto for a call already vetoed (this engine's own
+        # block): nothing more, so a gateway need not report its vetoes.
+        if vetoed and late:
+            del state.unfinished[event.tool_call_id]
+        return None
+    if late:
+        del state.unfinished[event.tool_call_id]
+    append = late or record is None or vetoed
     if record is None:
-        record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind, result_hash, unknown)
-        _record(state, _seen(state), record, cfg.history_size)
+        kind = result_kind(None, tool, event.args)
+        record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind)
+    elif vetoed:  # the gateway ran a vetoed call after all: its result is a new record of that call
+        record = Record(record.tool, record.args_hash, event.tool_call_id, record.kind)
+    if result_hash is None:
+        record.flags = VETO  # another guard's veto: the same trace as this engine's own
     else:
         record.result_hash = result_hash
-        record.unknown_tool = unknown
-        if late:  # its call had left the history: back in, finished
-            del state.unfinished[event.tool_call_id]
-            _record(state, _seen(state), record, cfg.history_size)
-    if state.guard_remaining <= 0:
+        record.unknown_tool = facts.unknown_tool_name
+        record.flags = _flags(facts)
+        record.failure_identity = facts.failure_identity
+    if append:
+        _record(state, _seen(state), record, cfg.history_size)
+    if result_hash is None or state.guard_remaining <= 0:
         return None
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)
     if not count:

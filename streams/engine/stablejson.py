@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -137,6 +139,48 @@ def _with_speedups(value: Any) -> bytes:
 stable_json = python_stable_json if speedups is None else _with_speedups
 
 
+MARKER = b"<<<EXTERNAL_UNTRUSTED_CONTENT"
+"""Every untrusted-content wrap starts with it; JSON never escapes its characters,
+so an outcome whose stable JSON lacks it has no wrap to canonicalise."""
+CANONICAL_MARKER_ID = "0000000000000000"
+# A whole wrap, opening id to closing id, with no other wrap inside. The quotes
+# around the ids may carry the backslashes of JSON escaping (a wrap inside
+# serialised text): group 2, which the closing id must repeat.
+_WRAP = re.compile(
+    r'(<<<EXTERNAL_UNTRUSTED_CONTENT id=(\\*)")([a-f0-9]{16})'
+    r'(\2">>>(?:(?!<<<(?:END_)?EXTERNAL_UNTRUSTED_CONTENT)[\s\S])*<<<END_EXTERNAL_UNTRUSTED_CONTENT id=\2")\3(\2">>>)'
+)
+_QUOTE = re.compile(r'(?<!\\)\\*"')
+
+
+def _canonical_wrap(match: re.Match[str]) -> str:
+    """Both ids of one wrap made `0000000000000000`, but only when the escaping
+    is consistent: the quotes around the ids carry 2**k - 1 backslashes (k
+    levels of JSON escaping) and every quote inside the wrap is escaped to a
+    whole number of those levels. Anything else is left exactly as it is."""
+    start, escapes, _, middle, end = match.groups()
+    level = len(escapes) + 1
+    if len(escapes) & level or any(len(quote.group()) % level for quote in _QUOTE.finditer(middle)):
+        return match.group()
+    return start + CANONICAL_MARKER_ID + middle + CANONICAL_MARKER_ID + end
+
+
+def stable_markers(text: str) -> str:
+    """The gateway wraps external content with a fresh random id each time:
+    the same content must hash the same (spec §7.1)."""
+    return _WRAP.sub(_canonical_wrap, text) if "<<<EXTERNAL_UNTRUSTED_CONTENT" in text else text
+
+
+def python_outcome_json(value: Any) -> bytes:
+    """Stable JSON of a tool's outcome: every string, object keys included,
+    with its untrusted-content markers made stable first (keys are then sorted
+    by their stable form, ties by the original)."""
+    out = python_stable_json(value)
+    if out.find(MARKER) < 0:
+        return out
+    return _exact(value, stable_markers).encode("utf-8", "surrogatepass")
+
+
 def _keys_may_sort_differently(out: bytes) -> bool:
     """UTF-16 and code-point order differ only between astral characters and U+E000..U+FFFF."""
     return (0xEE in out or 0xEF in out) and (0xF0 in out or 0xF1 in out or 0xF2 in out or 0xF3 in out or 0xF4 in out)
@@ -146,8 +190,9 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _exact(value: Any) -> str:
-    """Slow and exact; only for the inputs the fast path would print differently."""
+def _exact(value: Any, normalize: Callable[[str], str] | None = None) -> str:
+    """Slow and exact; only for the inputs the fast path would print differently
+    (and for outcomes whose strings `normalize` rewrites)."""
     if value is None:
         return "null"
     if value is True:
@@ -155,7 +200,7 @@ def _exact(value: Any) -> str:
     if value is False:
         return "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value if normalize is None else normalize(value), ensure_ascii=False)
     if isinstance(value, int):
         if abs(value) < 2**53:
             return str(value)
@@ -165,8 +210,12 @@ def _exact(value: Any) -> str:
     if isinstance(value, msgspec.Raw):
         return bytes(value).decode()
     if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: _utf16_key(kv[0]))
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _exact(v) for k, v in items) + "}"
+        # Keys sorted by their normalised form, ties (two keys one once normalised) by the original.
+        items = sorted(
+            ((k if normalize is None else normalize(k), k, v) for k, v in value.items()),
+            key=lambda kv: (_utf16_key(kv[0]), _utf16_key(kv[1])),
+        )
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _exact(v, normalize) for k, _, v in items) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_exact(v) for v in value) + "]"
-    return _exact(msgspec.to_builtins(value))
+        return "[" + ",".join(_exact(v, normalize) for v in value) + "]"
+    return _exact(msgspec.to_builtins(value), normalize)

@@ -1,16 +1,17 @@
 """`loopwarden explain RUN_ID`: one run's timeline, readable in a terminal.
 
 For every event of the run, in order: the call with short hashes, what each
-detector measured before the call was decided (no-progress streak,
-unknown-tool streak, ping-pong count, recent count), the post-compaction
-guard's state, and the verdict with its reason. Events come from a JSON-lines
+detector measured before the call was decided (no-progress streak, and for
+`exec` the one across args variants; unknown-tool streak, ping-pong count,
+argument churn, recent count and the veto records among it), the
+post-compaction guard's state, and the verdict with its reason. Events come from a JSON-lines
 file (`--events`) or from the events topic (`--bootstrap`); from the topic,
 the verdicts that were really published are shown next to the recomputed
 ones.
 
-The measurements come from the engine's own functions
-(`streams.engine.detectors`), run on the engine's own state just before
-`apply`, so they are exactly what the detectors saw.
+The measurements are the engine's own (`streams.engine.detectors.measure`,
+which calls the functions `detect` calls), taken on the engine's own state
+just before `apply`, so they are exactly what the detectors saw.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from schemas.state import (
     KIND_PROCESS_LOG,
     KIND_PROCESS_POLL,
     KIND_VOLATILE_SEND,
-    Record,
+    VETO,
     RunState,
 )
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
-from streams.engine.detectors import no_progress_streak, ping_pong, unknown_tool_streak
-from streams.engine.engine import call_signature, open_call, result_kind, result_signature
-from streams.engine.hashing import POLL_KINDS, classify, result_outcome
+from streams.engine.detectors import Measures, measure
+from streams.engine.engine import call_signature, open_call, result_facts, result_kind, result_signature
+from streams.engine.hashing import POLL_KINDS, classify
 from streams.engine.warnings import BUCKET_SIZE
 from streams.apply import apply_safely
 
@@ -72,21 +73,6 @@ def shorten_key(key: str) -> str:
 
 
 @dataclass
-class Measures:
-    """What the detectors measured for a tool call, before it was decided."""
-
-    no_progress: int
-    no_progress_result: str | None
-    unknown: int
-    unknown_name: str | None
-    ping_pong: int
-    ping_pong_with: str | None
-    ping_pong_no_progress: bool
-    recent: int
-    is_poll: bool
-
-
-@dataclass
 class Step:
     source: str  # "line 3", "p0@17"
     seq: int
@@ -98,6 +84,7 @@ class Step:
     kind: str = ""
     result_hash: str | None = None
     unknown_tool: str | None = None
+    outcome: str = ""
     measures: Measures | None = None
     guard: str = ""
     verdict: Verdict | None = None
@@ -118,7 +105,8 @@ class Step:
             "kind": self.kind or None,
             "result_hash": self.result_hash,
             "unknown_tool": self.unknown_tool,
-            "measures": msgspec.to_builtins(self.measures.__dict__) if self.measures else None,
+            "outcome": self.outcome or None,
+            "measures": msgspec.to_builtins(self.measures) if self.measures else None,
             "guard": self.guard,
             "history": self.history,
             "note": self.note or None,
@@ -129,6 +117,15 @@ class Step:
         return out
 
 
+def _outcome_text(kind: str | None, no_progress: bool) -> str:
+    """The outcome's kind as a result column suffix: veto, terminal failure, no-progress."""
+    if kind == "veto":
+        return "veto"
+    if kind == "terminal_failure":
+        return "fail"
+    return "np" if no_progress else ""
+
+
 def _guard_text(state: RunState, cfg: LoopDetectionConfig) -> str:
     if state.aborted is not None:
         return "ABORTED"
@@ -137,25 +134,6 @@ def _guard_text(state: RunState, cfg: LoopDetectionConfig) -> str:
     if state.guard_remaining > 0:
         return f"armed {state.guard_remaining}/{cfg.window_size}"
     return "idle"
-
-
-def measure(history: list[Record], tool: str, signature: str, is_poll: bool) -> Measures:
-    """The four measurements `detect` takes, from the same functions."""
-    unknown, unknown_name = unknown_tool_streak(history, tool)
-    same_call = [r for r in history if r.args_hash == signature and r.tool == tool]
-    streak, latest = no_progress_streak(same_call)
-    pp = ping_pong(history, signature)
-    return Measures(
-        no_progress=streak,
-        no_progress_result=latest,
-        unknown=unknown,
-        unknown_name=unknown_name,
-        ping_pong=pp.count,
-        ping_pong_with=pp.paired_tool,
-        ping_pong_no_progress=pp.no_progress,
-        recent=len(same_call),
-        is_poll=is_poll,
-    )
 
 
 def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig) -> tuple[list[Step], list[str]]:
@@ -190,26 +168,30 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
         elif isinstance(event, ToolResult) and not duplicate:
             signature = result_signature(event)
             record, late = open_call(current, event, signature)
-            if event.result_hash:
-                step.result_hash = event.result_hash
-                step.unknown_tool = event.unknown_tool_name
-            else:
-                kind = result_kind(record, event.tool_name, event.args)
-                try:
-                    step.result_hash, step.unknown_tool = result_outcome(
-                        event.tool_name, kind, event.result, event.error
-                    )
-                except (RecursionError, ValueError, TypeError):
-                    pass  # apply_safely below refuses it with the reason
-                if event.unknown_tool_name:
-                    step.unknown_tool = event.unknown_tool_name
+            try:
+                facts = result_facts(event, result_kind(record, event.tool_name, event.args))
+            except (RecursionError, ValueError, TypeError):
+                facts = None  # apply_safely below refuses it with the reason
+            if facts is not None:
+                step.result_hash, step.unknown_tool = facts.result_hash, facts.unknown_tool_name
+                errored = (facts.result_hash or "").startswith("error:")  # err: says it already
+                step.outcome = _outcome_text(facts.outcome_kind, facts.no_progress and not errored)
             step.args_hash = signature or (record.args_hash if record else None)
+            vetoed = record is not None and bool(record.flags & VETO)
             if current.aborted is not None:
                 step.note = "run already aborted: result ignored"
+            elif facts is not None and facts.outcome_kind == "veto":
+                step.note = (
+                    "veto result for a call already vetoed (blocked here): changes nothing" if vetoed else
+                    "veto result: its call is recorded as a veto record" if record is not None else
+                    "veto result with no open call: appended as a veto record"
+                )  # fmt: skip
             elif step.result_hash is None:
-                step.note = "no result hash (no outcome, or the guard's own block): not progress"
+                step.note = "no result hash (no outcome): not progress"
             elif record is None:
                 step.note = "no open call with this id: appended as a new record"
+            elif vetoed:
+                step.note = "result for a vetoed call: appended as a new record of that call"
             elif late:
                 step.note = "its call had left the history unfinished: appended with the call's args hash"
         try:
@@ -228,6 +210,8 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
         elif isinstance(event, RunEnd):
             step.note = "run ended: history and guard freed"
         step.verdict = outcome.verdicts[0] if outcome.verdicts else None
+        if step.verdict is not None and step.verdict.decision == "block":
+            step.note = "blocked: recorded as a veto record (adds to this call's no-progress streak)"
         step.guard = _guard_text(state, cfg)
         step.history = len(state.history)
         steps.append(step)
@@ -297,6 +281,7 @@ def _config_line(cfg: LoopDetectionConfig) -> str:
                 ("genericRepeat", cfg.generic_repeat),
                 ("knownPollNoProgress", cfg.known_poll_no_progress),
                 ("pingPong", cfg.ping_pong),
+                ("argumentChurn", cfg.argument_churn),
             )
             if on
         ]
@@ -314,13 +299,17 @@ def _config_line(cfg: LoopDetectionConfig) -> str:
 def _measures_text(m: Measures | None) -> str:
     if m is None:
         return ""
-    parts = [f"np {m.no_progress}" + (f"={short(m.no_progress_result, 6)}" if m.no_progress else "")]
-    parts.append(f"unk {m.unknown}" + (f"({m.unknown_name})" if m.unknown else ""))
+    np = f"np {m.streak}"
+    if m.streak:
+        np += ("~" if m.streak_across_args else "=") + (short(m.streak_result, 6) if m.streak_result else "veto")
+    parts = [np, f"unk {m.unknown}" + (f"({m.unknown_name})" if m.unknown else "")]
     pp = f"pp {m.ping_pong}"
     if m.ping_pong:
         pp += f"<>{m.ping_pong_with}" + ("!" if m.ping_pong_no_progress else "")
     parts.append(pp)
-    parts.append(f"rec {m.recent}")
+    if m.churn:
+        parts.append(f"churn {m.churn}/{m.churn_variants}v")
+    parts.append(f"rec {m.recent}" + (f"({m.vetoes}v)" if m.vetoes else ""))
     return " ".join(parts)
 
 
@@ -346,15 +335,19 @@ def format_timeline(
     lines = [
         f"run {run_id}: {len(steps)} events, agent {', '.join(sorted(agents)) or '(none: global config)'}",
         f"  config: {_config_line(steps[-1].config or first.config or LoopDetectionConfig())}",
-        "  measures (before each call): np = no-progress streak (=result), unk = unknown-tool streak,",
-        "  pp = ping-pong count (<>paired tool, ! = no-progress evidence), rec = recent identical calls",
+        "  measures (before each call): np = no-progress streak (=result, ~result: exec failing the same way",
+        "  across args variants, =veto: vetoes alone), unk = unknown-tool streak, pp = ping-pong count (<>paired",
+        "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
+        "  (Nv: N of them veto records); results: veto, fail = terminal exec failure, np = unchanged write",
         "",
         f"{'seq':>5}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
     ]
     wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 13, subsequent_indent=" " * 13)
     for s in steps:
         tool = (s.tool or "")[:16]
-        result = short(s.result_hash) if s.type == "tool_result" else ""
+        result = short(s.result_hash) if s.type == "tool_result" and s.outcome != "veto" else ""
+        if s.outcome:
+            result = f"{result} {s.outcome}".strip()
         if s.unknown_tool:
             result += f" ?{s.unknown_tool}"
         args = short(s.args_hash) if s.args_hash else ""

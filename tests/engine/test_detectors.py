@@ -10,7 +10,7 @@ from msgspec import UNSET
 
 from builders import Driver, fleet, low
 from schemas.state import KIND_PROCESS_POLL, Record
-from streams.engine.detectors import detect, no_progress_streak, ping_pong, unknown_tool_streak
+from streams.engine.detectors import Streak, detect, no_progress_streak, ping_pong, unknown_tool_streak
 from streams.engine.hashing import args_hash, classify
 
 # thresholds: warning 3, critical 5, breaker 7, unknown-tool 4
@@ -35,13 +35,13 @@ def fire(history, sig, *, poll=False, cfg=CFG, tool=None):
 
 def test_no_progress_streak_reference_is_newest_with_a_result():
     same = [rec(A, "r1"), rec(A, "r2"), rec(A, "r2"), rec(A, None), rec(A, "r2")]
-    assert no_progress_streak(same) == (3, "r2")
+    assert no_progress_streak(same) == Streak(3, "r2")
 
 
 def test_no_progress_streak_stops_at_first_different():
-    assert no_progress_streak([rec(A, "r1"), rec(A, "r1"), rec(A, "r2")]) == (1, "r2")
-    assert no_progress_streak([]) == (0, None)
-    assert no_progress_streak([rec(A), rec(A)]) == (0, None)
+    assert no_progress_streak([rec(A, "r1"), rec(A, "r1"), rec(A, "r2")]) == Streak(1, "r2")
+    assert no_progress_streak([]) == Streak(0, None)
+    assert no_progress_streak([rec(A), rec(A)]) == Streak(0, None)
 
 
 def test_streak_considers_only_same_tool_and_args():
@@ -291,8 +291,8 @@ def test_known_poll_through_engine_uses_classification():
     verdicts = [d.step("process", poll, res=res) for _ in range(7)]
     assert [v.detector for v in verdicts] == [None, None, None] + ["known_poll_no_progress"] * 4
     assert [v.decision for v in verdicts] == ["allow", "allow", "allow", "warn", "allow", "block", "block"]
-    # a blocked call is not recorded: the block stays in force with the same count
-    assert [v.count for v in verdicts[3:]] == [3, 4, 5, 5]
+    # a blocked call is recorded as a veto: the block stays in force and its count grows (spec §7.2)
+    assert [v.count for v in verdicts[3:]] == [3, 4, 5, 6]
     assert classify("process", poll) == KIND_PROCESS_POLL
     assert verdicts[3].warning_key.startswith(f"poll:process:{args_hash('process', poll)}:")
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from builders import Driver, call, compaction, expected_args_hash, fleet, low, restored, result, run_end, sha, stored
 from schemas.config import FleetConfig
-from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED
+from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED, VETO
 from schemas.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, encode_verdict
 from streams.engine import apply
 from streams.engine.engine import call_signature
@@ -72,16 +72,19 @@ def test_rolling_detectors_off_unless_enabled_true(config):
 # --- blocked calls and history ------------------------------------------------------------------------
 
 
-def test_blocked_call_not_added_warned_and_allowed_are():
+def test_every_call_is_recorded_a_blocked_one_as_a_veto():
+    """Spec §7.1: a blocked call leaves a veto record (no result hash), which
+    keeps the streak growing while the model keeps trying it."""
     d = Driver(low())
     sizes = []
     for _ in range(8):
         v = d.call("exec", {"command": "ls"})
-        sizes.append((v.decision, len(d.state().history)))
+        sizes.append((v.decision, v.count, len(d.state().history), d.state().history[-1].flags))
         if v.decision != "block":
             d.result("exec", result=SAME)
-    assert sizes == [("allow", 1), ("allow", 2), ("allow", 3), ("warn", 4), ("allow", 5),
-                     ("block", 5), ("block", 5), ("block", 5)]
+    assert sizes == [("allow", 0, 1, 0), ("allow", 0, 2, 0), ("allow", 0, 3, 0), ("warn", 3, 4, 0), ("allow", 4, 5, 0),
+                     ("block", 5, 6, VETO), ("block", 6, 7, VETO), ("block", 7, 8, VETO)]
+    assert all(r.result_hash is None for r in d.state().history[5:])
 
 
 def test_block_lifts_only_when_the_result_changes():
@@ -340,7 +343,9 @@ def test_result_without_outcome_changes_nothing():
     assert after == expected
 
 
-def test_veto_result_does_not_reset_streak():
+def test_veto_result_does_not_reset_streak_and_adds_to_it_once_confirmed():
+    """Another guard's veto of the fifth call makes it a veto record: pending
+    until the next identical outcome, which counts it (spec §7.2)."""
     d = Driver(low())
     for _ in range(4):
         d.step("exec", {"c": 1}, res=SAME)
@@ -348,7 +353,7 @@ def test_veto_result_does_not_reset_streak():
     d.result("exec", result={"details": {"status": "blocked", "deniedReason": "tool-loop"}})
     d.step("exec", {"c": 1}, res=SAME)
     v = d.call("exec", {"c": 1})
-    assert (v.decision, v.count) == ("block", 5)
+    assert (v.decision, v.count) == ("block", 6)
 
 
 def test_open_call_does_not_break_streak_but_counts_as_recent():

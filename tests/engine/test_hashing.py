@@ -10,6 +10,7 @@ from msgspec import UNSET
 
 from builders import Driver, expected_args_hash, expected_error_hash, low, sha
 from schemas.state import (
+    VETO,
     KIND_COMMAND_STATUS,
     KIND_OTHER,
     KIND_PROCESS_LOG,
@@ -17,13 +18,25 @@ from schemas.state import (
     KIND_VOLATILE_SEND,
 )
 from schemas.codec import decode_event
-from streams.engine.hashing import args_hash, classify, result_outcome, strip_volatile, unknown_tool_name
+from streams.engine.hashing import (
+    VETO_OUTCOME,
+    ResultHashes,
+    args_hash,
+    classify,
+    result_outcome,
+    strip_volatile,
+    unknown_tool_name,
+)
 from streams.engine.stablejson import decode_payload
 
 
 def outcome(tool, args=UNSET, result=UNSET, error=UNSET):
     """The result hash the engine would record for this call and result."""
-    return result_outcome(tool, classify(tool, args), result, error)[0]
+    return result_outcome(tool, classify(tool, args), result, error).result_hash
+
+
+def pair(hashes: ResultHashes) -> tuple[str | None, str | None]:
+    return hashes.result_hash, hashes.unknown_tool_name
 
 
 # --- args_hash -------------------------------------------------------------------
@@ -111,8 +124,8 @@ def test_update_plan_result_details_reduced_to_shape_and_text_ignored():
 
 
 def test_error_hash_is_error_prefix_and_sha256_of_quoted_message():
-    assert result_outcome("t", KIND_OTHER, UNSET, "boom") == (expected_error_hash("boom"), None)
-    assert result_outcome("t", KIND_OTHER, UNSET, "błąd: zły plik") == (
+    assert pair(result_outcome("t", KIND_OTHER, UNSET, "boom")) == (expected_error_hash("boom"), None)
+    assert pair(result_outcome("t", KIND_OTHER, UNSET, "błąd: zły plik")) == (
         "error:" + hashlib.sha256('"błąd: zły plik"'.encode()).hexdigest(),
         None,
     )
@@ -120,18 +133,18 @@ def test_error_hash_is_error_prefix_and_sha256_of_quoted_message():
 
 def test_error_takes_precedence_over_result():
     with_result = result_outcome("t", KIND_OTHER, {"details": {"a": 1}}, "boom")
-    assert with_result == (expected_error_hash("boom"), None)
+    assert pair(with_result) == (expected_error_hash("boom"), None)
 
 
 def test_null_error_means_no_error():
     res = {"details": {"a": "b"}, "content": [{"type": "text", "text": "ok"}]}
     assert result_outcome("t", KIND_OTHER, res, None) == result_outcome("t", KIND_OTHER, res, UNSET)
-    assert result_outcome("t", KIND_OTHER, res, None)[0] == sha({"details": {"a": "b"}, "text": "ok"})
+    assert result_outcome("t", KIND_OTHER, res, None).result_hash == sha({"details": {"a": "b"}, "text": "ok"})
 
 
 def test_nothing_at_all_has_no_result_hash():
-    assert result_outcome("t", KIND_OTHER, UNSET, UNSET) == (None, None)
-    assert result_outcome("t", KIND_OTHER, UNSET, None) == (None, None)
+    assert result_outcome("t", KIND_OTHER, UNSET, UNSET) == ResultHashes()
+    assert result_outcome("t", KIND_OTHER, UNSET, None) == ResultHashes()
 
 
 @pytest.mark.parametrize(
@@ -150,7 +163,7 @@ def test_nothing_at_all_has_no_result_hash():
 )
 def test_unknown_tool_name_extracted_lower_cased(message, name):
     assert unknown_tool_name(message) == name
-    hashed, unknown = result_outcome("t", KIND_OTHER, UNSET, message)
+    hashed, unknown = pair(result_outcome("t", KIND_OTHER, UNSET, message))
     assert hashed == expected_error_hash(message)
     assert unknown == name
 
@@ -160,7 +173,7 @@ def test_unknown_tool_name_extracted_lower_cased(message, name):
 )
 def test_errors_that_name_no_tool(message):
     assert unknown_tool_name(message) is None
-    assert result_outcome("t", KIND_OTHER, UNSET, message)[1] is None
+    assert result_outcome("t", KIND_OTHER, UNSET, message).unknown_tool_name is None
 
 
 @pytest.mark.parametrize(
@@ -193,27 +206,28 @@ def test_a_name_beyond_the_id_bound_is_kept_as_its_digest():
 def test_non_finite_number_error_is_hashed_as_its_javascript_text():
     """`"error": 1e400` parses to Infinity; the reference hashes `${error}`, the text Infinity."""
     event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1e400}')
-    assert result_outcome("t", KIND_OTHER, UNSET, event.error)[0] == expected_error_hash("Infinity")
+    assert result_outcome("t", KIND_OTHER, UNSET, event.error).result_hash == expected_error_hash("Infinity")
     event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1.50}')
-    assert result_outcome("t", KIND_OTHER, UNSET, event.error)[0] == expected_error_hash("1.5")
+    assert result_outcome("t", KIND_OTHER, UNSET, event.error).result_hash == expected_error_hash("1.5")
 
 
 def test_unknown_tool_only_from_errors_not_results():
     res = {"content": [{"type": "text", "text": "Unknown tool: foo"}]}
-    assert result_outcome("t", KIND_OTHER, res, UNSET)[1] is None
+    assert result_outcome("t", KIND_OTHER, res, UNSET).unknown_tool_name is None
 
 
 # --- the guard's own veto ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("tool", ["exec", "read", "process", "message", "sessions_send"])
-def test_veto_result_has_no_hash(tool):
+def test_veto_result_has_no_hash_and_is_a_veto(tool):
     veto = {
         "details": {"status": "blocked", "deniedReason": "tool-loop"},
         "content": [{"type": "text", "text": "blocked: loop"}],
     }
     args = {"action": "poll"} if tool == "process" else {"action": "send"}
-    assert result_outcome(tool, classify(tool, args), veto, UNSET) == (None, None)
+    assert result_outcome(tool, classify(tool, args), veto, UNSET) == VETO_OUTCOME
+    assert VETO_OUTCOME.result_hash is None and VETO_OUTCOME.outcome_kind == "veto"
 
 
 def test_other_blocked_results_do_hash():
@@ -476,11 +490,12 @@ def test_engine_records_spec_hashes():
     assert record.unknown_tool == "zap"
 
 
-def test_engine_veto_result_changes_nothing():
+def test_engine_veto_result_for_an_allowed_call_makes_it_a_veto_record():
+    """Another guard vetoed a call this engine allowed (spec §7.1): the open
+    record is completed as a veto, with no result hash."""
     d = Driver(low())
     d.call("read", {"path": "/x"})
-    before = d.state().history[-1].result_hash
     verdicts = d.result("read", result={"details": {"status": "blocked", "deniedReason": "tool-loop"}})
     assert verdicts == []
-    assert before is None and d.state().history[-1].result_hash is None
-    assert len(d.state().history) == 1
+    (record,) = d.state().history
+    assert record.result_hash is None and record.flags == VETO

@@ -58,6 +58,28 @@ def test_answers_exactly_what_the_definition_gives_or_declines(value: Any) -> No
     assert (fast is None) == (digest is None)
 
 
+MARKED = "<<<EXTERNAL_UNTRUSTED_CONTENT id=\"0123456789abcdef\">>>x<<<END_EXTERNAL_UNTRUSTED_CONTENT id=\"0123456789abcdef\">>>"
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_like, st.booleans())
+def test_outcome_digest_is_the_definitions_and_declines_every_marker(value: Any, marked: bool) -> None:
+    """An outcome's digest: the C answer, where it gives one, is the Python
+    definition's; a value holding a marker (in a key or a string) is declined,
+    so its ids are made stable by the definition."""
+    if marked:
+        value = {MARKED: value, "text": [value, MARKED]}
+    try:
+        expected = hashing.python_outcome_digest(value)
+    except (UnicodeEncodeError, msgspec.EncodeError, TypeError, ValueError):
+        expected = None
+    fast = speedups.outcome_digest(value)
+    assert fast is None or fast == expected
+    assert (fast is None) == (speedups.stable_digest(value) is None or marked)
+    if expected is not None:
+        assert hashing.outcome_digest(value) == expected
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
@@ -109,6 +131,7 @@ def test_escapes_and_sorting_at_every_width() -> None:
 def test_engine_functions_use_the_speedups_and_fall_back() -> None:
     assert stablejson.stable_json is not stablejson.python_stable_json
     assert hashing.digest is not hashing.python_digest
+    assert hashing.outcome_digest is not hashing.python_outcome_digest
     assert hashing.digest({"a": 2**60}) == hashing.python_digest({"a": 2**60})  # declined, then the Python path
     assert stablejson.stable_json({"\U0001f600": 1, "\uffff": 2}) == '{"\U0001f600":1,"\uffff":2}'.encode()
 
@@ -126,7 +149,7 @@ def test_pure_python_path_passes_the_engine_suites() -> None:
     suites = [
         "engine/test_stablejson.py", "engine/test_hashing.py", "engine/test_properties.py",
         "tools/test_replay_cli.py", "engine/test_engine.py", "engine/test_detectors.py",
-        "engine/test_guard.py", "engine/test_warnings.py",
+        "engine/test_guard.py", "engine/test_warnings.py", "engine/test_spec7.py",
     ]
     assert subprocess.run(
         [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env

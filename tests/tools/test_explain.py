@@ -62,12 +62,13 @@ def test_measures_follow_the_loop():
     # exec calls: recent count 0..5 and no-progress streak 0..5 before each decision
     exec_calls = [s for s in calls if s.tool == "exec"]
     assert [s.measures.recent for s in exec_calls] == [0, 1, 2, 3, 4, 5]
-    assert [s.measures.no_progress for s in exec_calls] == [0, 1, 2, 3, 4, 5]
+    assert [s.measures.streak for s in exec_calls] == [0, 1, 2, 3, 4, 5]
     assert [s.verdict.decision for s in exec_calls] == ["allow", "allow", "allow", "warn", "allow", "block"]
     assert exec_calls[3].verdict.detector == "generic_repeat" and exec_calls[3].verdict.count == 3
-    assert exec_calls[5].verdict.count == exec_calls[5].measures.no_progress == 5
-    # a blocked call is not recorded, so the history does not grow
-    assert exec_calls[5].history == exec_calls[4].history
+    assert exec_calls[5].verdict.count == exec_calls[5].measures.streak == 5
+    # a blocked call is recorded as a veto record (spec §7.1), and explain says so
+    assert exec_calls[5].history == exec_calls[4].history + 1
+    assert "veto record" in exec_calls[5].note
     unknown = [s for s in calls if s.tool == "web_serch"]
     assert [s.measures.unknown for s in unknown] == [0, 1]
     assert unknown[1].measures.unknown_name == "web_serch"
@@ -89,15 +90,18 @@ def test_ping_pong_count_and_evidence():
     for i in range(8):
         tool, path = ("read", "a") if i % 2 == 0 else ("write", "b")
         events.append({"type": "tool_call", "run_id": "pp", "seq": 2 * i, "tool_call_id": f"c{i}", "tool_name": tool, "args": {"p": path}})
-        events.append({"type": "tool_result", "run_id": "pp", "seq": 2 * i + 1, "tool_call_id": f"c{i}", "tool_name": tool, "result": {"content": [{"type": "text", "text": path}]}})
+        if i != 4:  # the fifth call is blocked: a gateway does not run it
+            events.append({"type": "tool_result", "run_id": "pp", "seq": 2 * i + 1, "tool_call_id": f"c{i}", "tool_name": tool, "result": {"content": [{"type": "text", "text": path}]}})
     steps, _ = explain(lines(events), "pp", TIGHT)
     calls = [s for s in steps if s.type == "tool_call"]
     assert [s.measures.ping_pong for s in calls][:5] == [0, 0, 3, 4, 5]
     assert calls[3].measures.ping_pong_with == "read" and calls[3].measures.ping_pong_no_progress
     assert calls[2].verdict.decision == "warn" and calls[2].verdict.detector == "ping_pong"
     assert calls[4].verdict.decision == "block" and calls[4].verdict.count == 5
-    # the blocked call is not recorded: the alternation is broken, the count restarts
-    assert calls[5].measures.ping_pong == 3
+    # the blocked call is a veto record in the tail: the alternation goes on, still
+    # with no-progress evidence (the veto is no evidence either way: spec §7.4)
+    assert calls[5].measures.ping_pong == 6 and calls[5].measures.ping_pong_no_progress
+    assert calls[5].verdict.decision == "block"
 
 
 def test_a_late_result_shows_the_call_it_completes():
@@ -129,8 +133,9 @@ def test_verdicts_are_the_engines(run):
     assert [s.verdict for s in steps if s.verdict is not None] == expected
     field = {
         "unknown_tool_repeat": "unknown",
-        "global_circuit_breaker": "no_progress",
-        "known_poll_no_progress": "no_progress",
+        "global_circuit_breaker": "streak",
+        "known_poll_no_progress": "streak",
+        "argument_churn": "churn",
         "ping_pong": "ping_pong",
     }
     for s in steps:
@@ -138,7 +143,7 @@ def test_verdicts_are_the_engines(run):
         if v is None or v.detector is None or s.type != "tool_call" or v.decision == "abort":
             continue
         if v.detector == "generic_repeat":
-            measured = s.measures.no_progress if v.level == "critical" else s.measures.recent
+            measured = s.measures.streak if v.level == "critical" else s.measures.recent
         else:
             measured = getattr(s.measures, field[v.detector])
         assert measured == v.count, (s.seq, v.detector)
