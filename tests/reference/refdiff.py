@@ -1,0 +1,260 @@
+"""Differential check of `loopwarden replay` against the gateway's own loop detector.
+
+A seeded fleet trace (bench/fleet_trace.py) goes through `openclaw_harness.mjs`, which drives the
+detector module of the published `openclaw` package as the gateway does and writes the trace as the
+gateway would have lived it (its vetoes in place of the results of the calls it blocked); that
+realised trace then goes through `loopwarden replay` with the default config, rolling detectors on.
+Per tool call, loopwarden must give the reference's decision, detector and count. The one allowed
+difference is spec section 7.4: where loopwarden is stricter, the harness must show that the
+reference's own module, with exactly one of the two 7.4 rules applied to its source, gives
+loopwarden's verdict on the same history. Everything else is a divergence.
+
+    python tests/reference/refdiff.py --seeds 1-5 --runs 300 --events 20000 [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = Path(__file__).with_name("openclaw_harness.mjs")
+NODE_SCRIPTS = ROOT / "infra" / "node"
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+"""The current gateway exposes only `enabled`; its thresholds are the defaults."""
+
+MIX = {
+    "healthy": 0.25, "poll": 0.06, "ping_pong": 0.06, "unknown_tool": 0.06, "generic_repeat": 0.06,
+    "retry_progress": 0.04, "compaction_loop": 0.03, "exec_flags": 0.1, "argument_churn": 0.1,
+    "unchanged_write": 0.08, "untrusted_fetch": 0.08, "stuck_retry": 0.08,
+}  # fmt: skip
+"""Every loop the gateway knows, section 7's included, with healthy runs around them."""
+
+COMPARED = ("decision", "detector", "count")
+RULES = {"unknownSkip": "unknown_tool_streak_skips_vetoes", "pingPongSkip": "ping_pong_evidence_skips_vetoes"}
+_SEVERITY = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
+
+
+class Unreachable(Exception):
+    """npm cannot reach its registry, so the reference package cannot be had."""
+
+
+def _script(name: str) -> str:
+    done = subprocess.run([str(NODE_SCRIPTS / name)], capture_output=True, text=True)
+    if done.returncode != 0:
+        if not _registry_reachable():
+            raise Unreachable(f"npm cannot reach the registry, so openclaw cannot be installed ({name}: {done.stderr.strip()[-300:]})")
+        raise RuntimeError(f"{name} failed (exit {done.returncode}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _registry_reachable() -> bool:
+    try:
+        return subprocess.run(["npm", "ping"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@dataclass(frozen=True)
+class Reference:
+    node: str
+    openclaw: Path
+
+
+def install() -> Reference:
+    """Node and the pinned openclaw package, through the project's own install scripts."""
+    node = _script("ensure-node.sh")
+    return Reference(node, Path(_script("ensure-openclaw.sh")) / "node_modules" / "openclaw")
+
+
+def _key(verdict: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(verdict.get(k) for k in COMPARED)
+
+
+def _brief(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
+    if verdict is None:
+        return None
+    return {k: verdict.get(k) for k in ("decision", "level", "detector", "count", "warning_key")}
+
+
+@dataclass
+class Result:
+    seed: int
+    verdicts: int = 0
+    agreed: int = 0
+    by_rule: Counter[str] = field(default_factory=Counter)
+    aborts: int = 0
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    harness_notes: list[str] = field(default_factory=list)
+
+    def classes(self) -> Counter[tuple[str, ...]]:
+        return Counter(d["class"] for d in self.divergences)
+
+
+def _rule_of(ref: dict[str, Any], lw_key: tuple[Any, ...]) -> str | None:
+    """Which 7.4 rule, applied alone to the reference's source, turns its verdict into loopwarden's."""
+    for mode, rule in RULES.items():
+        if _key(ref["modes"][mode]) == lw_key != _key(ref):
+            return rule
+    if _key(ref["modes"]["spec"]) == lw_key != _key(ref):
+        return "both_rules"
+    return None
+
+
+def compare(seed: int, scenarios: list[str], reference: list[dict[str, Any]], loopwarden: list[dict[str, Any]]) -> Result:
+    result = Result(seed)
+    mine = {(v["run_id"], v["seq"]): v for v in loopwarden}
+    ruled_keys: set[tuple[str, str]] = set()  # (run, warning key) where a 7.4 rule changed a verdict
+    for ref in reference:
+        result.verdicts += 1
+        run, seq = ref["run_id"], ref["seq"]
+        lw = mine.pop((run, seq), None)
+        if lw is not None and _key(lw) == _key(ref):
+            result.agreed += 1
+            continue
+        scenario = scenarios[int(run.rsplit("-", 1)[1])]
+        if lw is not None and lw["decision"] == "abort" and lw["detector"] == "compaction_loop_persisted":
+            result.aborts += 1  # the post-compaction guard is not part of the detector module
+            continue
+        if lw is not None and _SEVERITY[lw["decision"]] >= _SEVERITY[ref["decision"]]:
+            rule = _rule_of(ref, _key(lw))
+            if rule is None and _same_detection(ref, ref["modes"]["spec"]) and _key(lw) == _key(ref["modes"]["spec"]):
+                # the same detection on the same history, delivered differently: the key's bucket moved
+                # only where a rule had changed an earlier verdict of this run
+                if (run, ref["warning_key"]) in ruled_keys:
+                    rule = "warning_bucket_after_rule"
+            if rule is not None:
+                result.by_rule[rule] += 1
+                for verdict in (ref, ref["modes"]["spec"]):
+                    if verdict.get("warning_key"):
+                        ruled_keys.add((run, verdict["warning_key"]))
+                continue
+        result.divergences.append({
+            "seed": seed, "run_id": run, "seq": seq, "scenario": scenario, "tool_name": ref["tool_name"],
+            "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
+            "openclaw": _brief(ref), "openclaw_with_7.4": _brief(ref["modes"]["spec"]), "loopwarden": _brief(lw),
+        })  # fmt: skip
+    for (run, seq), lw in mine.items():
+        if lw.get("tool_name") is not None and lw.get("error") is None:
+            result.divergences.append({"seed": seed, "run_id": run, "seq": seq, "class": ("extra loopwarden verdict",), "loopwarden": _brief(lw)})
+    return result
+
+
+def _same_detection(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("level", "detector", "count", "warning_key"))
+
+
+def _label(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return "none"
+    return f"{verdict['decision']}/{verdict['detector']}" if verdict.get("detector") else verdict["decision"]
+
+
+def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -> Result:
+    """One seeded trace through both; the files stay in `workdir` for reproducing a divergence."""
+    from bench.fleet_trace import generate_lines, run_scenarios
+
+    trace = workdir / f"trace-{seed}.jsonl"
+    realised = workdir / f"realised-{seed}.jsonl"
+    config = workdir / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    with trace.open("wb") as out:
+        out.writelines(generate_lines(runs, events, seed, "raw", MIX))
+    harness = subprocess.run(
+        [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)],
+        capture_output=True,
+    )
+    if harness.returncode != 0:
+        raise RuntimeError(f"openclaw harness failed on seed {seed} (exit {harness.returncode}): {harness.stderr.decode()[-2000:]}")
+    replay = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(realised)], capture_output=True, cwd=ROOT
+    )
+    if replay.returncode != 0:
+        raise RuntimeError(f"loopwarden replay failed on seed {seed} (exit {replay.returncode}): {replay.stderr.decode()[-2000:]}")
+    (workdir / f"loopwarden-{seed}.jsonl").write_bytes(replay.stdout)
+    (workdir / f"openclaw-{seed}.jsonl").write_bytes(harness.stdout)
+    result = compare(seed, run_scenarios(runs, seed, MIX), _lines(harness.stdout), _lines(replay.stdout))
+    result.harness_notes = [line for line in harness.stderr.decode().splitlines() if line]
+    return result
+
+
+def _lines(data: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def reproducer(workdir: Path, divergence: dict[str, Any]) -> list[str]:
+    """The realised events of the diverging run up to the diverging call: a trace that shows it alone."""
+    lines = []
+    with (workdir / f"realised-{divergence['seed']}.jsonl").open() as events:
+        for line in events:
+            event = json.loads(line)
+            if event["run_id"] == divergence["run_id"] and event["seq"] <= divergence["seq"]:
+                lines.append(line.rstrip("\n"))
+    return lines
+
+
+def summary(results: list[Result]) -> str:
+    verdicts = sum(r.verdicts for r in results)
+    out = [
+        f"seeds {', '.join(str(r.seed) for r in results)}: {verdicts} tool-call verdicts, "
+        f"{sum(r.agreed for r in results)} identical, {sum(r.aborts for r in results)} post-compaction aborts (not in the module), "
+        f"{sum(sum(r.by_rule.values()) for r in results)} stricter by spec 7.4, {sum(len(r.divergences) for r in results)} divergent"
+    ]
+    rules: Counter[str] = Counter()
+    classes: Counter[tuple[str, ...]] = Counter()
+    first: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in results:
+        rules.update(r.by_rule)
+        for d in r.divergences:
+            classes[d["class"]] += 1
+            first.setdefault(d["class"], d)
+    out += [f"  7.4 {rule}: {n}" for rule, n in sorted(rules.items())]
+    for cls, n in classes.most_common():
+        d = first[cls]
+        out.append(f"  DIVERGENCE x{n} {' | '.join(cls)}  e.g. seed {d['seed']} {d['run_id']} seq {d['seq']}")
+    notes = sorted({note for r in results for note in r.harness_notes})
+    out += [f"  {note}" for note in notes]
+    return "\n".join(out)
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=_seeds, default=[1])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--keep", type=Path, help="directory for the traces, verdicts and reproducers")
+    parser.add_argument("--json", type=Path, help="write every divergence here, one JSON object per line")
+    args = parser.parse_args(argv)
+    ref = install()
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="refdiff-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = [run_seed(ref, seed, args.runs, args.events, workdir) for seed in args.seeds]
+    print(summary(results))
+    if args.json:
+        with args.json.open("w") as out:
+            for r in results:
+                for d in r.divergences:
+                    out.write(json.dumps({**d, "class": list(d["class"]), "reproducer": reproducer(workdir, d)}) + "\n")
+    print(f"files in {workdir}")
+    return 1 if any(r.divergences for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    os.chdir(ROOT)
+    sys.exit(main())
