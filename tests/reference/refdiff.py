@@ -57,9 +57,10 @@ def _script(name: str) -> str:
 
 
 def _registry_reachable() -> bool:
+    """`npm ping`; a machine without npm at all is broken, not offline, and fails here."""
     try:
         return subprocess.run(["npm", "ping"], capture_output=True, timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         return False
 
 
@@ -92,6 +93,8 @@ class Result:
     agreed: int = 0
     by_rule: Counter[str] = field(default_factory=Counter)
     aborts: int = 0
+    seen: Counter[str] = field(default_factory=Counter)
+    """The reference's verdicts by decision/detector: what the trace exercised."""
     divergences: list[dict[str, Any]] = field(default_factory=list)
     harness_notes: list[str] = field(default_factory=list)
 
@@ -99,44 +102,53 @@ class Result:
         return Counter(d["class"] for d in self.divergences)
 
 
-def _rule_of(ref: dict[str, Any], lw_key: tuple[Any, ...]) -> str | None:
-    """Which 7.4 rule, applied alone to the reference's source, turns its verdict into loopwarden's."""
+def _rule_of(ref: dict[str, Any], lw: dict[str, Any], ruled_keys: set[tuple[str, str]]) -> str | None:
+    """Which 7.4 rule, applied alone to the reference's source, turns its verdict into loopwarden's.
+
+    A detection that is the same under the rules and only delivered differently (warn or a quiet
+    allow) counts when a rule changed an earlier verdict of this run under the same warning key:
+    only that moves the key's bucket apart.
+    """
+    spec = ref["modes"]["spec"]
+    if _key(spec) != _key(lw) or _SEVERITY[lw["decision"]] < _SEVERITY[ref["decision"]]:
+        return None
+    if _same_detection(ref, spec):
+        return "warning_bucket_after_rule" if (ref["run_id"], ref["warning_key"]) in ruled_keys else None
     for mode, rule in RULES.items():
-        if _key(ref["modes"][mode]) == lw_key != _key(ref):
+        if _key(ref["modes"][mode]) == _key(lw):
             return rule
-    if _key(ref["modes"]["spec"]) == lw_key != _key(ref):
-        return "both_rules"
-    return None
+    return "both_rules"
 
 
-def compare(seed: int, scenarios: list[str], reference: list[dict[str, Any]], loopwarden: list[dict[str, Any]]) -> Result:
+def compare(
+    seed: int,
+    scenarios: list[str],
+    reference: list[dict[str, Any]],
+    loopwarden: list[dict[str, Any]],
+    compactions: dict[str, int] | None = None,
+) -> Result:
+    """`compactions`: each run's first compaction seq; only after one may loopwarden abort."""
     result = Result(seed)
+    compactions = compactions or {}
     mine = {(v["run_id"], v["seq"]): v for v in loopwarden}
     ruled_keys: set[tuple[str, str]] = set()  # (run, warning key) where a 7.4 rule changed a verdict
     for ref in reference:
         result.verdicts += 1
+        result.seen[_label(ref)] += 1
         run, seq = ref["run_id"], ref["seq"]
         lw = mine.pop((run, seq), None)
         if lw is not None and _key(lw) == _key(ref):
             result.agreed += 1
             continue
         scenario = scenarios[int(run.rsplit("-", 1)[1])]
-        if lw is not None and lw["decision"] == "abort" and lw["detector"] == "compaction_loop_persisted":
+        if lw is not None and lw["decision"] == "abort" and seq > compactions.get(run, seq):
             result.aborts += 1  # the post-compaction guard is not part of the detector module
             continue
-        if lw is not None and _SEVERITY[lw["decision"]] >= _SEVERITY[ref["decision"]]:
-            rule = _rule_of(ref, _key(lw))
-            if rule is None and _same_detection(ref, ref["modes"]["spec"]) and _key(lw) == _key(ref["modes"]["spec"]):
-                # the same detection on the same history, delivered differently: the key's bucket moved
-                # only where a rule had changed an earlier verdict of this run
-                if (run, ref["warning_key"]) in ruled_keys:
-                    rule = "warning_bucket_after_rule"
-            if rule is not None:
-                result.by_rule[rule] += 1
-                for verdict in (ref, ref["modes"]["spec"]):
-                    if verdict.get("warning_key"):
-                        ruled_keys.add((run, verdict["warning_key"]))
-                continue
+        rule = None if lw is None else _rule_of(ref, lw, ruled_keys)
+        if rule is not None:
+            result.by_rule[rule] += 1
+            ruled_keys.update((run, v["warning_key"]) for v in (ref, ref["modes"]["spec"]) if v.get("warning_key"))
+            continue
         result.divergences.append({
             "seed": seed, "run_id": run, "seq": seq, "scenario": scenario, "tool_name": ref["tool_name"],
             "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
@@ -181,7 +193,12 @@ def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -
         raise RuntimeError(f"loopwarden replay failed on seed {seed} (exit {replay.returncode}): {replay.stderr.decode()[-2000:]}")
     (workdir / f"loopwarden-{seed}.jsonl").write_bytes(replay.stdout)
     (workdir / f"openclaw-{seed}.jsonl").write_bytes(harness.stdout)
-    result = compare(seed, run_scenarios(runs, seed, MIX), _lines(harness.stdout), _lines(replay.stdout))
+    compactions: dict[str, int] = {}
+    with realised.open("rb") as events:
+        for line in events:
+            if b'"compaction"' in line and (event := json.loads(line))["type"] == "compaction":
+                compactions.setdefault(event["run_id"], event["seq"])
+    result = compare(seed, run_scenarios(runs, seed, MIX), _lines(harness.stdout), _lines(replay.stdout), compactions)
     result.harness_notes = [line for line in harness.stderr.decode().splitlines() if line]
     return result
 
