@@ -13,6 +13,8 @@ API (kept small on purpose; integration tests may import it):
         The same events as JSON lines (compact, each ending with b"\\n").
     run_scenarios(runs, seed=1, mix=None) -> list[str]
         The scenario of each run by index (the five-digit tail of its run id).
+    precompute_call(tool, args), precompute_result(tool, normalised_args, result, error)
+        The fields a gateway that hashes locally sends instead of the payloads.
 
 - `runs` runs, each with its events in order and `seq` strictly increasing;
   at most `concurrency` runs (default runs // 4) are in flight at once and the
@@ -598,10 +600,8 @@ class _Run:
             "type": "tool_call", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
         }  # fmt: skip
         if self.precomputed:
-            payload = _normalize(args)
-            event["args_hash"] = _hashing.args_hash(tool, payload)
-            if tool in ("process", "message") and "action" in args:
-                event["args"] = {"action": args["action"]}
+            fields, payload = precompute_call(tool, args)
+            event.update(fields)
             self.open[call_id] = (tool, payload)
         else:
             event["args"] = args
@@ -617,11 +617,7 @@ class _Run:
         }  # fmt: skip
         if self.precomputed:
             _, args = self.open.pop(call_id)
-            hashes = _hashing.hash_result(
-                tool, args, _normalize(result) if result is not None else msgspec.UNSET,
-                _normalize(error) if error is not None else msgspec.UNSET,
-            )  # fmt: skip
-            event.update(_hashing.wire_fields(hashes))
+            event.update(precompute_result(tool, args, result, error))
         elif error is not None:
             event["error"] = error
         else:
@@ -677,6 +673,27 @@ class _Run:
 
 def _normalize(value: Any) -> Any:
     return _stablejson.normalize_payload(value)
+
+
+def precompute_call(tool: str, args: Any) -> tuple[dict[str, Any], Any]:
+    """What a gateway that hashes locally sends for a call (`args_hash`, and the `action` that
+    `process` and `message` calls are classified by), and the normalised args to hash its result with."""
+    _load_engine()
+    payload = _normalize(args)
+    fields: dict[str, Any] = {"args_hash": _hashing.args_hash(tool, payload)}
+    if tool in ("process", "message") and isinstance(args, dict) and "action" in args:
+        fields["args"] = {"action": args["action"]}
+    return fields, payload
+
+
+def precompute_result(tool: str, args: Any, result: Any, error: Any) -> dict[str, Any]:
+    """The hashed fields of a result (spec 7.5), from its call's normalised args and its payload."""
+    _load_engine()
+    hashes = _hashing.hash_result(
+        tool, args, _normalize(result) if result is not None else msgspec.UNSET,
+        _normalize(error) if error is not None else msgspec.UNSET,
+    )  # fmt: skip
+    return _hashing.wire_fields(hashes)
 
 
 _hashing: Any = None

@@ -89,6 +89,7 @@ def _brief(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
 @dataclass
 class Result:
     seed: int
+    variant: str = "raw"
     verdicts: int = 0
     agreed: int = 0
     by_rule: Counter[str] = field(default_factory=Counter)
@@ -97,9 +98,6 @@ class Result:
     """The reference's verdicts by decision/detector: what the trace exercised."""
     divergences: list[dict[str, Any]] = field(default_factory=list)
     harness_notes: list[str] = field(default_factory=list)
-
-    def classes(self) -> Counter[tuple[str, ...]]:
-        return Counter(d["class"] for d in self.divergences)
 
 
 def _rule_of(ref: dict[str, Any], lw: dict[str, Any], ruled_keys: set[tuple[str, str]]) -> str | None:
@@ -150,7 +148,7 @@ def compare(
             ruled_keys.update((run, v["warning_key"]) for v in (ref, ref["modes"]["spec"]) if v.get("warning_key"))
             continue
         result.divergences.append({
-            "seed": seed, "run_id": run, "seq": seq, "scenario": scenario, "tool_name": ref["tool_name"],
+            "seed": seed, "variant": result.variant, "run_id": run, "seq": seq, "scenario": scenario, "tool_name": ref["tool_name"],
             "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
             "openclaw": _brief(ref), "openclaw_with_7.4": _brief(ref["modes"]["spec"]), "loopwarden": _brief(lw),
         })  # fmt: skip
@@ -170,8 +168,10 @@ def _label(verdict: dict[str, Any] | None) -> str:
     return f"{verdict['decision']}/{verdict['detector']}" if verdict.get("detector") else verdict["decision"]
 
 
-def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -> Result:
-    """One seeded trace through both; the files stay in `workdir` for reproducing a divergence."""
+def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -> list[Result]:
+    """One seeded trace through the reference, then through loopwarden twice: with the payloads,
+    and hashed at the gateway as a locally hashing client sends it (spec 7.5). The files stay in
+    `workdir` for reproducing a divergence."""
     from bench.fleet_trace import generate_lines, run_scenarios
 
     trace = workdir / f"trace-{seed}.jsonl"
@@ -180,27 +180,47 @@ def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -
     config.write_text(json.dumps(CONFIG))
     with trace.open("wb") as out:
         out.writelines(generate_lines(runs, events, seed, "raw", MIX))
-    harness = subprocess.run(
-        [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)],
-        capture_output=True,
-    )
-    if harness.returncode != 0:
-        raise RuntimeError(f"openclaw harness failed on seed {seed} (exit {harness.returncode}): {harness.stderr.decode()[-2000:]}")
-    replay = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(realised)], capture_output=True, cwd=ROOT
-    )
-    if replay.returncode != 0:
-        raise RuntimeError(f"loopwarden replay failed on seed {seed} (exit {replay.returncode}): {replay.stderr.decode()[-2000:]}")
-    (workdir / f"loopwarden-{seed}.jsonl").write_bytes(replay.stdout)
+    harness = _run(f"openclaw harness, seed {seed}", [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)])
     (workdir / f"openclaw-{seed}.jsonl").write_bytes(harness.stdout)
+    reference = _lines(harness.stdout)
     compactions: dict[str, int] = {}
-    with realised.open("rb") as events:
-        for line in events:
-            if b'"compaction"' in line and (event := json.loads(line))["type"] == "compaction":
+    hashed = workdir / f"realised-{seed}-precomputed.jsonl"
+    with realised.open("rb") as raw, hashed.open("w") as out:
+        open_calls: dict[tuple[str, str], Any] = {}
+        for line in raw:
+            event = json.loads(line)
+            if event["type"] == "compaction":
                 compactions.setdefault(event["run_id"], event["seq"])
-    result = compare(seed, run_scenarios(runs, seed, MIX), _lines(harness.stdout), _lines(replay.stdout), compactions)
-    result.harness_notes = [line for line in harness.stderr.decode().splitlines() if line]
-    return result
+            out.write(json.dumps(_hashed(event, open_calls)) + "\n")
+    results = []
+    for variant, events_file in (("raw", realised), ("precomputed", hashed)):
+        replay = _run(f"loopwarden replay, seed {seed} {variant}", [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(events_file)])
+        (workdir / f"loopwarden-{seed}-{variant}.jsonl").write_bytes(replay.stdout)
+        result = compare(seed, run_scenarios(runs, seed, MIX), reference, _lines(replay.stdout), compactions)
+        result.variant = variant
+        result.harness_notes = [line for line in harness.stderr.decode().splitlines() if line]
+        results.append(result)
+    return results
+
+
+def _run(what: str, command: list[str]) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(command, capture_output=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr.decode()[-2000:]}")
+    return done
+
+
+def _hashed(event: dict[str, Any], open_calls: dict[tuple[str, str], Any]) -> dict[str, Any]:
+    """The event as a gateway that hashes locally sends it: hashes in place of the payloads."""
+    from bench.fleet_trace import precompute_call, precompute_result
+
+    key = (event.get("run_id"), event.get("tool_call_id"))
+    if event["type"] == "tool_call":
+        fields, open_calls[key] = precompute_call(event["tool_name"], event.pop("args", None))
+        event.update(fields)
+    elif event["type"] == "tool_result":
+        event.update(precompute_result(event["tool_name"], open_calls.pop(key), event.pop("result", None), event.pop("error", None)))
+    return event
 
 
 def _lines(data: bytes) -> list[dict[str, Any]]:
@@ -219,26 +239,24 @@ def reproducer(workdir: Path, divergence: dict[str, Any]) -> list[str]:
 
 
 def summary(results: list[Result]) -> str:
-    verdicts = sum(r.verdicts for r in results)
-    out = [
-        f"seeds {', '.join(str(r.seed) for r in results)}: {verdicts} tool-call verdicts, "
-        f"{sum(r.agreed for r in results)} identical, {sum(r.aborts for r in results)} post-compaction aborts (not in the module), "
-        f"{sum(sum(r.by_rule.values()) for r in results)} stricter by spec 7.4, {sum(len(r.divergences) for r in results)} divergent"
-    ]
-    rules: Counter[str] = Counter()
-    classes: Counter[tuple[str, ...]] = Counter()
-    first: dict[tuple[str, ...], dict[str, Any]] = {}
-    for r in results:
-        rules.update(r.by_rule)
-        for d in r.divergences:
-            classes[d["class"]] += 1
+    out = []
+    for variant in dict.fromkeys(r.variant for r in results):
+        mine = [r for r in results if r.variant == variant]
+        out.append(
+            f"{variant}, seeds {', '.join(str(r.seed) for r in mine)}: {sum(r.verdicts for r in mine)} tool-call verdicts, "
+            f"{sum(r.agreed for r in mine)} identical, {sum(r.aborts for r in mine)} post-compaction aborts (not in the module), "
+            f"{sum(sum(r.by_rule.values()) for r in mine)} stricter by spec 7.4, {sum(len(r.divergences) for r in mine)} divergent"
+        )
+        rules: Counter[str] = sum((r.by_rule for r in mine), start=Counter())
+        out += [f"  7.4 {rule}: {n}" for rule, n in sorted(rules.items())]
+        classes = Counter(d["class"] for r in mine for d in r.divergences)
+        first = {}
+        for d in (d for r in mine for d in r.divergences):
             first.setdefault(d["class"], d)
-    out += [f"  7.4 {rule}: {n}" for rule, n in sorted(rules.items())]
-    for cls, n in classes.most_common():
-        d = first[cls]
-        out.append(f"  DIVERGENCE x{n} {' | '.join(cls)}  e.g. seed {d['seed']} {d['run_id']} seq {d['seq']}")
-    notes = sorted({note for r in results for note in r.harness_notes})
-    out += [f"  {note}" for note in notes]
+        for cls, n in classes.most_common():
+            d = first[cls]
+            out.append(f"  DIVERGENCE x{n} {' | '.join(cls)}  e.g. seed {d['seed']} {d['run_id']} seq {d['seq']}")
+    out += [f"  {note}" for note in sorted({note for r in results for note in r.harness_notes})]
     return "\n".join(out)
 
 
@@ -260,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ref = install()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="refdiff-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    results = [run_seed(ref, seed, args.runs, args.events, workdir) for seed in args.seeds]
+    results = [result for seed in args.seeds for result in run_seed(ref, seed, args.runs, args.events, workdir)]
     print(summary(results))
     if args.json:
         with args.json.open("w") as out:

@@ -28,7 +28,7 @@ def reference() -> refdiff.Reference:
 
 
 def _agree(reference: refdiff.Reference, workdir: Path, seeds: range, runs: int, events: int) -> None:
-    results = [refdiff.run_seed(reference, seed, runs, events, workdir) for seed in seeds]
+    results = [result for seed in seeds for result in refdiff.run_seed(reference, seed, runs, events, workdir)]
     seen = sum((r.seen for r in results), start=refdiff.Counter())
     assert [label for label in EXERCISED if not seen[label]] == [], "the traces no longer exercise these"
     divergences = [d for r in results for d in r.divergences]
