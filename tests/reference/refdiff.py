@@ -23,7 +23,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = Path(__file__).with_name("openclaw_harness.mjs")
@@ -39,6 +39,8 @@ MIX = {
 """Every loop the gateway knows, section 7's included, with healthy runs around them."""
 
 COMPARED = ("decision", "detector", "count")
+VARIANTS = ("raw", "precomputed")
+"""loopwarden reads the realised trace with its payloads, and hashed at the gateway (spec 7.5)."""
 RULES = {"unknownSkip": "unknown_tool_streak_skips_vetoes", "pingPongSkip": "ping_pong_evidence_skips_vetoes"}
 _SEVERITY = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 
@@ -120,7 +122,7 @@ def _rule_of(ref: dict[str, Any], lw: dict[str, Any], ruled_keys: set[tuple[str,
 
 def compare(
     seed: int,
-    scenarios: list[str],
+    scenario_of: Callable[[str], str],
     reference: list[dict[str, Any]],
     loopwarden: list[dict[str, Any]],
     compactions: dict[str, int] | None = None,
@@ -138,7 +140,7 @@ def compare(
         if lw is not None and _key(lw) == _key(ref):
             result.agreed += 1
             continue
-        scenario = scenarios[int(run.rsplit("-", 1)[1])]
+        scenario = scenario_of(run)
         if lw is not None and lw["decision"] == "abort" and seq > compactions.get(run, seq):
             result.aborts += 1  # the post-compaction guard is not part of the detector module
             continue
@@ -168,18 +170,34 @@ def _label(verdict: dict[str, Any] | None) -> str:
     return f"{verdict['decision']}/{verdict['detector']}" if verdict.get("detector") else verdict["decision"]
 
 
-def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -> list[Result]:
-    """One seeded trace through the reference, then through loopwarden twice: with the payloads,
-    and hashed at the gateway as a locally hashing client sends it (spec 7.5). The files stay in
-    `workdir` for reproducing a divergence."""
+def run_seed(
+    ref: Reference, seed: int, runs: int, events: int, workdir: Path, loopwarden: Path = ROOT, variants: tuple[str, ...] = VARIANTS
+) -> list[Result]:
+    """One seeded fleet trace; the files stay in `workdir` for reproducing a divergence."""
     from bench.fleet_trace import generate_lines, run_scenarios
 
     trace = workdir / f"trace-{seed}.jsonl"
+    with trace.open("wb") as out:
+        out.writelines(generate_lines(runs, events, seed, "raw", MIX))
+    scenarios = run_scenarios(runs, seed, MIX)
+    return judge(ref, seed, trace, workdir, lambda run: scenarios[int(run.rsplit("-", 1)[1])], loopwarden, variants)
+
+
+def judge(
+    ref: Reference,
+    seed: int,
+    trace: Path,
+    workdir: Path,
+    scenario_of: Callable[[str], str],
+    loopwarden: Path = ROOT,
+    variants: tuple[str, ...] = VARIANTS,
+) -> list[Result]:
+    """A trace through the reference, then its realised events through loopwarden (the tree at
+    `loopwarden`) twice: with the payloads, and hashed at the gateway as a locally hashing client
+    sends them (spec 7.5)."""
     realised = workdir / f"realised-{seed}.jsonl"
     config = workdir / "config.json"
     config.write_text(json.dumps(CONFIG))
-    with trace.open("wb") as out:
-        out.writelines(generate_lines(runs, events, seed, "raw", MIX))
     harness = _run(f"openclaw harness, seed {seed}", [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)])
     (workdir / f"openclaw-{seed}.jsonl").write_bytes(harness.stdout)
     reference = _lines(harness.stdout)
@@ -194,17 +212,23 @@ def run_seed(ref: Reference, seed: int, runs: int, events: int, workdir: Path) -
             out.write(json.dumps(_hashed(event, open_calls)) + "\n")
     results = []
     for variant, events_file in (("raw", realised), ("precomputed", hashed)):
-        replay = _run(f"loopwarden replay, seed {seed} {variant}", [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(events_file)])
+        if variant not in variants:
+            continue
+        replay = _run(
+            f"loopwarden replay, seed {seed} {variant}",
+            [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(events_file)],
+            cwd=loopwarden,
+        )
         (workdir / f"loopwarden-{seed}-{variant}.jsonl").write_bytes(replay.stdout)
-        result = compare(seed, run_scenarios(runs, seed, MIX), reference, _lines(replay.stdout), compactions)
+        result = compare(seed, scenario_of, reference, _lines(replay.stdout), compactions)
         result.variant = variant
         result.harness_notes = [line for line in harness.stderr.decode().splitlines() if line]
         results.append(result)
     return results
 
 
-def _run(what: str, command: list[str]) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(command, capture_output=True, cwd=ROOT)
+def _run(what: str, command: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(command, capture_output=True, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr.decode()[-2000:]}")
     return done
@@ -219,7 +243,7 @@ def _hashed(event: dict[str, Any], open_calls: dict[tuple[str, str], Any]) -> di
         fields, open_calls[key] = precompute_call(event["tool_name"], event.pop("args", None))
         event.update(fields)
     elif event["type"] == "tool_result":
-        event.update(precompute_result(event["tool_name"], open_calls.pop(key), event.pop("result", None), event.pop("error", None)))
+        event.update(precompute_result(event["tool_name"], open_calls.pop(key, None), event.pop("result", None), event.pop("error", None)))
     return event
 
 
@@ -236,6 +260,35 @@ def reproducer(workdir: Path, divergence: dict[str, Any]) -> list[str]:
             if event["run_id"] == divergence["run_id"] and event["seq"] <= divergence["seq"]:
                 lines.append(line.rstrip("\n"))
     return lines
+
+
+def shrink(ref: Reference, workdir: Path, divergence: dict[str, Any], loopwarden: Path = ROOT) -> list[str]:
+    """A smallest trace (no single event can go) that still ends in this divergence: the diverging
+    run's realised events up to the call, cut down chunk by chunk while the last call diverges alike."""
+    events = reproducer(workdir, divergence)
+    scratch = workdir / "shrink"
+    scratch.mkdir(exist_ok=True)
+    target = divergence["class"][1:]
+
+    def diverges(candidate: list[str]) -> bool:
+        trace = scratch / "trace.jsonl"
+        trace.write_text("".join(line + "\n" for line in candidate))
+        (result,) = judge(ref, divergence["seed"], trace, scratch, lambda _: divergence["scenario"], loopwarden, (divergence["variant"],))
+        found = result.divergences
+        return any(d["seq"] == divergence["seq"] and d["class"][1:] == target for d in found)
+
+    body, last = events[:-1], events[-1]
+    chunk = max(1, len(body) // 2)
+    while chunk >= 1:
+        start = 0
+        while start < len(body):
+            candidate = body[:start] + body[start + chunk :]
+            if diverges(candidate + [last]):
+                body = candidate
+            else:
+                start += chunk
+        chunk //= 2
+    return body + [last]
 
 
 def summary(results: list[Result]) -> str:
@@ -274,17 +327,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--keep", type=Path, help="directory for the traces, verdicts and reproducers")
     parser.add_argument("--json", type=Path, help="write every divergence here, one JSON object per line")
+    parser.add_argument("--shrink", action="store_true", help="with --json: cut the first divergence of each class down to a minimal trace")
+    parser.add_argument("--variants", type=lambda text: tuple(text.split(",")), default=VARIANTS, help="raw,precomputed")
+    parser.add_argument("--loopwarden", type=Path, default=ROOT, help="the loopwarden tree whose replay is judged (default this one)")
     args = parser.parse_args(argv)
     ref = install()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="refdiff-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    results = [result for seed in args.seeds for result in run_seed(ref, seed, args.runs, args.events, workdir)]
+    results = [result for seed in args.seeds for result in run_seed(ref, seed, args.runs, args.events, workdir, args.loopwarden, args.variants)]
     print(summary(results))
     if args.json:
+        shrunk: set[tuple[str, ...]] = set()
         with args.json.open("w") as out:
             for r in results:
                 for d in r.divergences:
-                    out.write(json.dumps({**d, "class": list(d["class"]), "reproducer": reproducer(workdir, d)}) + "\n")
+                    events = reproducer(workdir, d)
+                    if args.shrink and d["class"] not in shrunk:
+                        shrunk.add(d["class"])
+                        events = shrink(ref, workdir, d, args.loopwarden)
+                    out.write(json.dumps({**d, "class": list(d["class"]), "reproducer": events}) + "\n")
     print(f"files in {workdir}")
     return 1 if any(r.divergences for r in results) else 0
 

@@ -69,7 +69,7 @@ def test_a_stricter_verdict_counts_only_when_one_rule_gives_it() -> None:
     wrong_count = _line(3, allowed, spec=block, unknownSkip=block)
     mine = [{"run_id": "run-x-00000", "seq": 1, **block}, {"run_id": "run-x-00000", "seq": 2, **block},
             {"run_id": "run-x-00000", "seq": 3, **{**block, "count": 11}}]  # fmt: skip
-    result = refdiff.compare(7, ["unknown_tool"], [ruled, unruled, wrong_count], mine)
+    result = refdiff.compare(7, lambda _: "unknown_tool", [ruled, unruled, wrong_count], mine)
     assert result.by_rule == {"unknown_tool_streak_skips_vetoes": 1}
     assert [d["seq"] for d in result.divergences] == [2, 3]
 
@@ -83,6 +83,6 @@ def test_a_bucket_difference_counts_only_after_a_rule_changed_that_key() -> None
     lone = _line(3, _verdict("allow", "ping_pong", 21, "pingpong:c|d"), spec=_verdict("warn", "ping_pong", 21, "pingpong:c|d"))
     mine = [{"run_id": "run-x-00000", "seq": 1, **block}, {"run_id": "run-x-00000", "seq": 2, **warn},
             {"run_id": "run-x-00000", "seq": 3, **_verdict("warn", "ping_pong", 21, "pingpong:c|d")}]  # fmt: skip
-    result = refdiff.compare(7, ["ping_pong"], [first, later, lone], mine)
+    result = refdiff.compare(7, lambda _: "ping_pong", [first, later, lone], mine)
     assert result.by_rule == {"ping_pong_evidence_skips_vetoes": 1, "warning_bucket_after_rule": 1}
     assert [d["seq"] for d in result.divergences] == [3]
