@@ -6,10 +6,10 @@ gateway would have lived it (its vetoes in place of the results of the calls it 
 realised trace then goes through `loopwarden replay` with the default config, rolling detectors on.
 Per tool call, loopwarden must give the reference's decision, detector and count. The one allowed
 difference is spec section 7.4: where loopwarden is stricter, the harness must show that the
-reference's own module, with exactly one of the two 7.4 rules applied to its source, gives
-loopwarden's verdict on the same history. Everything else is a divergence.
+reference's own module, with one of the two 7.4 rules applied to its source (or only both together),
+gives loopwarden's verdict on the same history. Everything else is a divergence.
 
-    python tests/reference/refdiff.py --seeds 1-5 --runs 300 --events 20000 [--keep DIR]
+    python tests/reference/refdiff.py --seeds 1-5 --runs 300 --events 20000 [--keep DIR] [--json F [--shrink]]
 """
 
 from __future__ import annotations
@@ -263,8 +263,9 @@ def reproducer(workdir: Path, divergence: dict[str, Any]) -> list[str]:
 
 
 def shrink(ref: Reference, workdir: Path, divergence: dict[str, Any], loopwarden: Path = ROOT) -> list[str]:
-    """A smallest trace (no single event can go) that still ends in this divergence: the diverging
-    run's realised events up to the call, cut down chunk by chunk while the last call diverges alike."""
+    """A short trace that still ends in this divergence: the diverging run's realised events up to
+    the call, with chunks of halving size (down to single events) dropped while the last call still
+    diverges alike."""
     events = reproducer(workdir, divergence)
     scratch = workdir / "shrink"
     scratch.mkdir(exist_ok=True)
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--keep", type=Path, help="directory for the traces, verdicts and reproducers")
     parser.add_argument("--json", type=Path, help="write every divergence here, one JSON object per line")
-    parser.add_argument("--shrink", action="store_true", help="with --json: cut the first divergence of each class down to a minimal trace")
+    parser.add_argument("--shrink", action="store_true", help="with --json: cut the first divergence of each class down to a short trace")
     parser.add_argument("--variants", type=lambda text: tuple(text.split(",")), default=VARIANTS, help="raw,precomputed")
     parser.add_argument("--loopwarden", type=Path, default=ROOT, help="the loopwarden tree whose replay is judged (default this one)")
     args = parser.parse_args(argv)
