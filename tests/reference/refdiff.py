@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                         shrunk.add(d["class"])
                         events = shrink(ref, workdir, d, args.loopwarden)
                     out.write(json.dumps({**d, "class": list(d["class"]), "reproducer": events}) + "\n")
+                    out.flush()  # shrinking takes minutes per class
     print(f"files in {workdir}")
     return 1 if any(r.divergences for r in results) else 0
 
