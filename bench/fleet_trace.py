@@ -3,7 +3,7 @@ as concurrent agents would be, deterministic per seed.
 
 API (kept small on purpose; integration tests may import it):
 
-    from bench.fleet_trace import generate, generate_lines, DEFAULT_MIX
+    from bench.fleet_trace import generate, generate_lines, run_scenarios, DEFAULT_MIX
 
     generate(runs, events, seed=1, hashes="raw", mix=None, concurrency=None) -> Iterator[dict]
         Exactly `events` event dicts, each a wire event (spec section 6) ready for
@@ -11,6 +11,10 @@ API (kept small on purpose; integration tests may import it):
         share nested payload objects.
     generate_lines(...same arguments...) -> Iterator[bytes]
         The same events as JSON lines (compact, each ending with b"\\n").
+    run_scenarios(runs, seed=1, mix=None) -> list[str]
+        The scenario of each run by index (the five-digit tail of its run id).
+    precompute_call(tool, args), precompute_result(tool, normalised_args, result, error)
+        The fields a gateway that hashes locally sends instead of the payloads.
 
 - `runs` runs, each with its events in order and `seq` strictly increasing;
   at most `concurrency` runs (default runs // 4) are in flight at once and the
@@ -59,6 +63,12 @@ SCENARIOS: tuple[str, ...] = (
     "generic_repeat",  # identical call, identical result: warned at 10, blocked at 20
     "retry_progress",  # identical call, changing results: warnings, never a block
     "compaction_loop",  # identical calls, compaction, the same again: abort (or recovery)
+    # the loops of spec section 7 (weight 0 in DEFAULT_MIX, so the benchmark trace stays as it was)
+    "exec_flags",  # a failing command retried with other flags; time stamps, pids, durations vary
+    "argument_churn",  # one tool cycled through a few argument variants that all fail alike
+    "unchanged_write",  # the same write again and again, each answered `changed: false`
+    "untrusted_fetch",  # the same page, wrapped in external-content markers with a fresh id each time
+    "stuck_retry",  # a loop the model keeps retrying long after its first block
 )
 DEFAULT_MIX: Mapping[str, float] = {
     "healthy": 0.70,
@@ -416,6 +426,151 @@ def _veto(tool: str, detector: str) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------- section 7 loops
+# Failures whose every retry differs only in what spec section 7 tells apart from the outcome.
+
+_FLAG_COMMANDS = ("npm test --", "pytest", "cargo test", "go test ./...", "make check")
+_FLAGS = ("--runInBand", "--verbose", "-x", "--ci", "--maxWorkers=2", "--no-cache", "-q", "--color=never")
+_FAILURES = (
+    "Error: Cannot find module '@acme/{name}' from '{path}'",
+    'FAIL {path}\n  ● {name} › rejects an expired lease\n    expect(received).toBe(expected) // "ok" != "expired"',
+    "error[E0425]: cannot find value `{name}` in this scope\n --> {path}:12:5",
+    "ModuleNotFoundError: No module named '{name}'",
+)
+_WRAP = '<<<EXTERNAL_UNTRUSTED_CONTENT id="{id}">>>\n{body}\n<<<END_EXTERNAL_UNTRUSTED_CONTENT id="{id}">>>'
+
+
+def _failure(rng: random.Random) -> str:
+    return rng.choice(_FAILURES).format(name=rng.choice(_NAMES), path=_path(rng))
+
+
+def _noisy_failure(rng: random.Random, cause: str) -> str:
+    """One failure with what a retry changes: time stamps, clock times, attempts, durations, pids."""
+    stamp = f"2026-09-{rng.randint(1, 28):02d}{rng.choice('Tt ')}{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    if rng.random() < 0.5:
+        stamp += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 6)))
+    stamp += rng.choice(("Z", "+02:00", "-05:30", ""))
+    attempt = rng.choice(("attempt", "Attempt", "retry", "RETRY"))
+    pid = rng.choice(("pid", "PID", "ppid"))
+    return "\n".join((
+        f"[{stamp}] {attempt}{rng.choice((' ', ' #', ': ', '='))}{rng.randint(1, 12)} starting",
+        f"worker {pid}{rng.choice((' ', '=', ': ', ' #'))}{rng.randint(100, 99999)} up at {rng.randint(0, 23)}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}",
+        cause,
+        f"Time: {rng.uniform(0.2, 90):.{rng.randint(0, 3)}f}{rng.choice(('s', ' s', 'ms', ' seconds', ' minutes'))}",
+    ))  # fmt: skip
+
+
+def _exec_failure(rng: random.Random, command: str, output: str, exit_code: int, timed_out: bool = False) -> Call:
+    result = _exec_result(rng, output, exit_code)
+    result["details"]["timedOut"] = timed_out
+    return "exec", {"command": command, "workdir": "/home/agent/app"}, result, None
+
+
+def _exec_flags(run: _Run, calls: int) -> None:
+    """A failing command retried with other flags, failing alike each time, now and then otherwise."""
+    rng = run.rng
+    base, cause, code = rng.choice(_FLAG_COMMANDS), _failure(rng), rng.choice((1, 1, 2, 127))
+    command = base
+    for _ in range(calls):
+        if rng.random() < 0.6:
+            command = " ".join((base, *rng.sample(_FLAGS, rng.randint(0, 3))))
+        roll = rng.random()
+        if roll < 0.06:  # a new cause: the streak ends
+            run.step(_exec_failure(rng, command, _noisy_failure(rng, _failure(rng)), code))
+        elif roll < 0.1:  # nothing but the exit code: not a terminal failure
+            run.step(_exec_failure(rng, command, f"(Command exited with code {code})", code))
+        elif roll < 0.13:
+            run.step(_exec_failure(rng, command, _noisy_failure(rng, cause), code, timed_out=True))
+        elif roll < 0.16:
+            run.step(_exec_failure(rng, command, _noisy_failure(rng, cause), code + 1))
+        else:
+            run.step(_exec_failure(rng, command, _noisy_failure(rng, cause), code))
+
+
+def _argument_churn(run: _Run, calls: int) -> None:
+    """One tool, a few argument variants, one failure for all (an error, or a write that changed nothing)."""
+    rng = run.rng
+    tool = rng.choice(("web_fetch", "read", "exec", "write"))
+    variants: list[dict[str, Any]] = []
+    for _ in range(rng.randint(2, 4)):
+        if tool == "web_fetch":
+            variants.append({"url": f"https://{rng.choice(_HOSTS)}/{rng.choice(_NAMES)}/{_hex(rng, 4)}", "maxChars": 20000})
+        elif tool == "exec":
+            variants.append({"command": " ".join((rng.choice(_FLAG_COMMANDS), *rng.sample(_FLAGS, 2)))})
+        else:
+            variants.append({"path": _path(rng), **({"content": _code(rng, 120)} if tool == "write" else {})})
+    message = rng.choice(("HTTP 429: rate limited", "permission denied", "spawn ENOMEM", "EACCES: operation not permitted"))
+    cycle = rng.random() < 0.5
+    for i in range(calls):
+        args = variants[i % len(variants)] if cycle else rng.choice(variants)
+        if rng.random() < 0.05:  # a different failure
+            run.step((tool, args, None, f"{message} ({_hex(rng, 4)})"))
+        elif tool == "write":
+            text = f"No changes: {args['path']} is already up to date."
+            run.step((tool, args, {"content": _text(text), "details": {"changed": False, "path": args["path"]}}, None))
+        else:
+            run.step((tool, args, None, message))
+
+
+def _unchanged_write(run: _Run, calls: int) -> None:
+    """The identical write, answered `changed: false` with a new message each time."""
+    rng = run.rng
+    path = _path(rng)
+    args = {"path": path, "content": _code(rng, rng.randint(120, 400))}
+    for _ in range(calls):
+        if rng.random() < 0.05:  # it did change after all: progress
+            result = {"content": _text(f"Successfully wrote to {path}"), "details": {"changed": True}}
+        else:
+            checked = f"2026-09-02T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
+            result = {"content": _text(f"{path} unchanged (checked {checked})"), "details": {"changed": False, "checkedAt": checked}}
+        run.step(("write", args, result, None))
+
+
+def _untrusted_fetch(run: _Run, calls: int) -> None:
+    """The same page each time, wrapped with a fresh marker id: plain, inside serialised JSON
+    (consistently escaped once or twice), inconsistently escaped, or as an error."""
+    rng = run.rng
+    url = f"https://{rng.choice(_HOSTS)}/{rng.choice(_NAMES)}/{_hex(rng, 6)}"
+    body = _prose(rng, rng.randint(120, 400)) + ' She said "retry later" and left.'
+    form = rng.randrange(5)
+    args = {"url": url, "extractMode": "markdown", "maxChars": 20000}
+    for _ in range(calls):
+        wrapped = _WRAP.format(id=_hex(rng, 16), body=body)
+        if form == 0:
+            run.step(("web_fetch", args, {"content": _text(wrapped), "details": {"url": url, "status": 200}}, None))
+        elif form in (1, 2):
+            raw = _encode({"page": wrapped}).decode()
+            if form == 2:
+                raw = _encode({"raw": raw}).decode()
+            run.step(("web_fetch", args, {"content": _text("fetched"), "details": {"url": url, "json": raw}}, None))
+        elif form == 3:
+            raw = _encode({"page": wrapped}).decode().replace('\\"retry later\\"', '"retry later"', 1)
+            run.step(("web_fetch", args, {"content": _text("fetched"), "details": {"url": url, "json": raw}}, None))
+        else:
+            run.step(("web_fetch", args, None, f"fetch failed: upstream said {wrapped}"))
+
+
+def _stuck_retry(run: _Run, kind: str, calls: int) -> None:
+    """A loop the model keeps up after it is first blocked; each call is written with the result
+    it would have had, and a gateway that blocks it answers with its veto instead."""
+    rng = run.rng
+    if kind == "repeat":
+        made = rng.choice((_read, _exec, _web_fetch))(rng)
+        run.repeat(made, calls, "generic_repeat", 0)
+    elif kind == "unknown_tool":
+        missing = rng.choice(_UNKNOWN_TOOLS[1:])
+        for _ in range(calls):
+            run.step((missing, {"command": rng.choice(_COMMANDS)}, None, f"Unknown tool: {missing}"))
+    else:
+        path = _path(rng)
+        pair = (_read(rng, path), _exec_failure(rng, "npm test -- --runInBand", _log(rng, 200), 1))
+        for i in range(calls):
+            tool, args, result, error = pair[i % 2]
+            if tool == "exec":
+                result = _exec_result(rng, result["details"]["aggregated"], 1)
+            run.step((tool, args, result, error))
+
+
 # ---------------------------------------------------------------- one run
 
 
@@ -445,10 +600,8 @@ class _Run:
             "type": "tool_call", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
         }
         if self.precomputed:
-            payload = _normalize(args)
-            event["args_hash"] = _hashing.args_hash(tool, payload)
-            if tool in ("process", "message") and "action" in args:
-                event["args"] = {"action": args["action"]}
+            fields, payload = precompute_call(tool, args)
+            event.update(fields)
             self.open[call_id] = (tool, payload)
         else:
             event["args"] = args
@@ -464,11 +617,7 @@ class _Run:
         }
         if self.precomputed:
             _, args = self.open.pop(call_id)
-            hashes = _hashing.hash_result(
-                tool, args, _normalize(result) if result is not None else msgspec.UNSET,
-                _normalize(error) if error is not None else msgspec.UNSET,
-            )
-            event.update(_hashing.wire_fields(hashes))
+            event.update(precompute_result(tool, args, result, error))
         elif error is not None:
             event["error"] = error
         else:
@@ -524,6 +673,27 @@ class _Run:
 
 def _normalize(value: Any) -> Any:
     return _stablejson.normalize_payload(value)
+
+
+def precompute_call(tool: str, args: Any) -> tuple[dict[str, Any], Any]:
+    """What a gateway that hashes locally sends for a call (`args_hash`, and the `action` that
+    `process` and `message` calls are classified by), and the normalised args to hash its result with."""
+    _load_engine()
+    payload = _normalize(args)
+    fields: dict[str, Any] = {"args_hash": _hashing.args_hash(tool, payload)}
+    if tool in ("process", "message") and isinstance(args, dict) and "action" in args:
+        fields["args"] = {"action": args["action"]}
+    return fields, payload
+
+
+def precompute_result(tool: str, args: Any, result: Any, error: Any) -> dict[str, Any]:
+    """The hashed fields of a result (spec 7.5), from its call's normalised args and its payload."""
+    _load_engine()
+    hashes = _hashing.hash_result(
+        tool, args, _normalize(result) if result is not None else msgspec.UNSET,
+        _normalize(error) if error is not None else msgspec.UNSET,
+    )
+    return _hashing.wire_fields(hashes)
 
 
 _hashing: Any = None
@@ -585,6 +755,13 @@ def _plan(scenario: str, rng: random.Random) -> dict[str, Any]:
         p["after"] = 3 if p["abort"] else rng.randint(3, 5)
         p["asked_after_abort"] = rng.randint(0, 1) if p["abort"] else 0
         fixed += 2 * p["before"] + 1 + 2 * p["after"] + p["asked_after_abort"]
+    elif scenario in ("exec_flags", "argument_churn", "unchanged_write", "untrusted_fetch"):
+        p["calls"] = rng.randint(8, 40)
+        fixed += 2 * p["calls"]
+    elif scenario == "stuck_retry":
+        p["kind"] = rng.choice(("repeat", "unknown_tool", "ping_pong"))
+        p["calls"] = {"repeat": 20, "unknown_tool": 10, "ping_pong": 19}[p["kind"]] + rng.randint(3, 26)
+        fixed += 2 * p["calls"]
     else:
         raise ValueError(f"unknown scenario {scenario!r} (expected one of {', '.join(SCENARIOS)})")
     p["fixed"] = fixed
@@ -707,10 +884,24 @@ def _build(run: _Run, p: dict[str, Any], flex: int, dangling: bool) -> None:
             for _ in range(p["after"]):
                 run.step(_progress(rng, made))
             run.healthy(after)
+    elif scenario in _SECTION7:
+        before, after = _split(rng, flex)
+        run.healthy(before)
+        if scenario == "stuck_retry":
+            _stuck_retry(run, p["kind"], p["calls"])
+        else:
+            _SECTION7[scenario](run, p["calls"])
+        run.healthy(after)
     if dangling:
         run.dangling()
     if p["run_end"]:
         run.end()
+
+
+_SECTION7: dict[str, Any] = {
+    "exec_flags": _exec_flags, "argument_churn": _argument_churn, "unchanged_write": _unchanged_write,
+    "untrusted_fetch": _untrusted_fetch, "stuck_retry": _stuck_retry,
+}  # fmt: skip
 
 
 def _progress(rng: random.Random, made: Call) -> Call:
@@ -745,11 +936,9 @@ def _plans(runs: int, events: int, seed: int, mix: Mapping[str, float]) -> tuple
             raise ValueError(f"unknown scenario {name!r} in mix (expected one of {', '.join(SCENARIOS)})")
         if weight < 0:
             raise ValueError(f"mix weight of {name!r} is negative")
-    counts = _allocate(runs, [mix.get(name, 0.0) for name in SCENARIOS])
-    if sum(counts) != runs:
+    scenarios = run_scenarios(runs, seed, mix)
+    if len(scenarios) != runs:
         raise ValueError("mix has no positive weight")
-    scenarios = [name for name, n in zip(SCENARIOS, counts, strict=True) for _ in range(n)]
-    random.Random(f"{seed}/mix").shuffle(scenarios)
     plans = [_plan(s, random.Random(f"{seed}/plan/{i}")) for i, s in enumerate(scenarios)]
     fixed = sum(p["fixed"] for p in plans)
     minimum = fixed + 2 * sum(p["min_flex"] for p in plans)
@@ -759,6 +948,14 @@ def _plans(runs: int, events: int, seed: int, mix: Mapping[str, float]) -> tuple
     flex = [p["min_flex"] + n for p, n in zip(plans, _allocate(extra, [p["weight"] for p in plans]), strict=True)]
     dangling_run = max(range(runs), key=lambda i: (flex[i], -i)) if odd else -1
     return plans, flex, dangling_run
+
+
+def run_scenarios(runs: int, seed: int = 1, mix: Mapping[str, float] | None = None) -> list[str]:
+    """The scenario of each run, by index (the five-digit tail of its run id)."""
+    counts = _allocate(runs, [(DEFAULT_MIX if mix is None else mix).get(name, 0.0) for name in SCENARIOS])
+    scenarios = [name for name, n in zip(SCENARIOS, counts, strict=True) for _ in range(n)]
+    random.Random(f"{seed}/mix").shuffle(scenarios)
+    return scenarios
 
 
 def generate(
