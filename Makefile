@@ -24,6 +24,7 @@ up: kafka
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The OpenClaw plugin, built with Node 24 and the pinned openclaw package (both fetched from the npm
 # registry into ~/.cache/loopwarden once). Its tests build it again and skip only when the registry is

@@ -109,11 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     engines = {"A": Engine(args.a), "B": Engine(args.b)}
     stages = [s for s in args.stages.split(",") if s]
     record: dict[str, Any] = {
-        "a": str(args.a), "b": str(args.b), "a_engine": engines["A"].mode, "b_engine": engines["B"].mode,
-        "pairs": args.pairs, "results": {},
+        "a": str(args.a),
+        "b": str(args.b),
+        "a_engine": engines["A"].mode,
+        "b_engine": engines["B"].mode,
+        "pairs": args.pairs,
+        "results": {},
     }
     print(f"A = {args.a} ({engines['A'].mode})\nB = {args.b} ({engines['B'].mode})")
-    print(f"{'trace':<12} {'stage':<13} {'A events/s cpu':>15} {'B events/s cpu':>15} {'B/A median':>11} {'min..max':>12}")
+    print(
+        f"{'trace':<12} {'stage':<13} {'A events/s cpu':>15} {'B events/s cpu':>15} {'B/A median':>11} {'min..max':>12}"
+    )
     for variant in [v for v in args.variants.split(",") if v]:
         lines = load_lines(getattr(args, variant, None), variant, args)
         if engines["A"].verdicts(lines) != engines["B"].verdicts(lines):
@@ -133,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             ratios = sorted(a_cpu / b_cpu for (_, a_cpu), (_, b_cpu) in zip(samples["A"], samples["B"], strict=True))
             a_rate = statistics.median(n / c for _, c in samples["A"])
             b_rate = statistics.median(n / c for _, c in samples["B"])
-            print(f"{variant:<12} {stage:<13} {a_rate:>15,.0f} {b_rate:>15,.0f} {statistics.median(ratios):>10.2f}x "
-                  f"{ratios[0]:>5.2f}..{ratios[-1]:<5.2f}")
+            print(
+                f"{variant:<12} {stage:<13} {a_rate:>15,.0f} {b_rate:>15,.0f} {statistics.median(ratios):>10.2f}x "
+                f"{ratios[0]:>5.2f}..{ratios[-1]:<5.2f}"
+            )
             record["results"].setdefault(variant, {})[stage] = {
                 "events": n,
                 "a": samples["A"],

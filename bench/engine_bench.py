@@ -304,13 +304,13 @@ def git_state() -> dict[str, Any]:
     return {"head": head, "engine_dirty": bool(dirty)}
 
 
-
 def write_record(kind: str, record: dict[str, Any], out: str | None = None) -> Path:
     """Write a bench's JSON record to `out`, or to bench/out/KIND-<UTC time>.json."""
     path = Path(out) if out else OUT_DIR / f"{kind}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return path
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.engine_bench", description=__doc__.splitlines()[0])
@@ -338,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     import streams
 
     engine_source = str(Path(streams.__file__).resolve().parent.parent)
-    print(f"engine from {engine_source} ({_engine_mode()}); python {sys.version.split()[0]}; affinity {machine()['affinity']}")
+    print(
+        f"engine from {engine_source} ({_engine_mode()}); python {sys.version.split()[0]}; affinity {machine()['affinity']}"
+    )
     traces: dict[str, list[bytes]] = {}
     for variant in variants:
         t0 = time.perf_counter()
@@ -355,8 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         same = raw_v == pre_v
         counts = Counter(json.loads(v)["decision"] for v in raw_v)
         check = {"identical": same, "verdicts": len(raw_v), "decisions": dict(sorted(counts.items()))}
-        print(f"check: raw and precomputed verdicts {'IDENTICAL' if same else 'DIFFER'} ({len(raw_v)} verdicts: "
-              + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) + ")")
+        print(
+            f"check: raw and precomputed verdicts {'IDENTICAL' if same else 'DIFFER'} ({len(raw_v)} verdicts: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+            + ")"
+        )
         if not same:
             print("error: precomputed hashes changed the verdicts", file=sys.stderr)
             return 1
@@ -367,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for variant in variants:
         lines = traces[variant]
-        stage_lines = {stage: traces["raw"] if stage == "msgspec" else lines for stage in stages}  # the baseline's is raw
+        stage_lines = {
+            stage: traces["raw"] if stage == "msgspec" else lines for stage in stages
+        }  # the baseline's is raw
         events = [decode_event(line) for line in lines] if ({"apply"} & set(stages)) else []
         gc.collect()
         gc.freeze()

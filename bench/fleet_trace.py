@@ -93,19 +93,50 @@ _WORDS = (
     "schema index query latency budget rollout canary metric alert dashboard "
     "tenant invoice customer report summary draft review comment branch commit"
 ).split() + [
-    "café", "naïve", "Zürich", "façade", "Ångström", "résumé", "東京", "数据库",
-    "配置", "ошибка", "сервер", "–", "…", "✓", "→", "🚀", "📦", "✅",
+    "café",
+    "naïve",
+    "Zürich",
+    "façade",
+    "Ångström",
+    "résumé",
+    "東京",
+    "数据库",
+    "配置",
+    "ошибка",
+    "сервер",
+    "–",
+    "…",
+    "✓",
+    "→",
+    "🚀",
+    "📦",
+    "✅",
 ]
 _EXTS = (".py", ".ts", ".md", ".json", ".yaml", ".go", ".rs", ".sql")
 _DIRS = (
-    "src/billing", "src/api/handlers", "web/app/components", "services/ingest",
-    "infra/terraform/modules", "docs/guide", "tests/integration", "pkg/queue",
+    "src/billing",
+    "src/api/handlers",
+    "web/app/components",
+    "services/ingest",
+    "infra/terraform/modules",
+    "docs/guide",
+    "tests/integration",
+    "pkg/queue",
 )
 _NAMES = ("client", "invoice", "router", "schema", "worker", "config", "index", "utils", "models", "retry")
 _COMMANDS = (
-    "npm test -- --runInBand", "pytest -q tests/unit", "go test ./...", "cargo build --release",
-    "git status --short", "ls -la", "kubectl get pods -n staging", "docker compose ps",
-    "make lint", "terraform plan -no-color", "rg -n 'TODO' src", "python manage.py migrate --plan",
+    "npm test -- --runInBand",
+    "pytest -q tests/unit",
+    "go test ./...",
+    "cargo build --release",
+    "git status --short",
+    "ls -la",
+    "kubectl get pods -n staging",
+    "docker compose ps",
+    "make lint",
+    "terraform plan -no-color",
+    "rg -n 'TODO' src",
+    "python manage.py migrate --plan",
 )
 _HOSTS = ("docs.example.com", "api.example.org", "status.example.net", "wiki.example.com")
 _LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR")
@@ -186,7 +217,10 @@ def _read(rng: random.Random, path: str | None = None) -> Call:
     path = path or _path(rng)
     body = _code(rng, rng.randint(250, 900))
     args = {"path": path, "offset": rng.choice((1, 1, 1, 120, 400)), "limit": rng.choice((200, 400, 2000))}
-    result = {"content": _text(body), "details": {"path": path, "totalLines": rng.randint(40, 2400), "truncated": False}}
+    result = {
+        "content": _text(body),
+        "details": {"path": path, "totalLines": rng.randint(40, 2400), "truncated": False},
+    }
     return "read", args, result, None
 
 
@@ -243,7 +277,12 @@ def _exec_result(rng: random.Random, output: str, exit_code: int = 0) -> dict[st
 
 def _exec(rng: random.Random) -> Call:
     output = _log(rng, rng.randint(120, 450)) if rng.random() < 0.6 else _code(rng, rng.randint(100, 400))
-    return "exec", _exec_args(rng), _exec_result(rng, output, 0 if rng.random() < 0.85 else rng.choice((1, 2, 127))), None
+    return (
+        "exec",
+        _exec_args(rng),
+        _exec_result(rng, output, 0 if rng.random() < 0.85 else rng.choice((1, 2, 127))),
+        None,
+    )
 
 
 def _exec_running(rng: random.Random, session: str) -> Call:
@@ -252,8 +291,13 @@ def _exec_running(rng: random.Random, session: str) -> Call:
     tail = _log(rng, rng.randint(80, 300))
     result = {
         "content": _text(f"Command still running (session {session}).\n{tail}"),
-        "details": {"status": "running", "sessionId": session, "pid": rng.randint(1000, 60000), "tail": tail,
-                    "startedAt": round(_BASE_TS + rng.uniform(0, 86400), 3)},
+        "details": {
+            "status": "running",
+            "sessionId": session,
+            "pid": rng.randint(1000, 60000),
+            "tail": tail,
+            "startedAt": round(_BASE_TS + rng.uniform(0, 86400), 3),
+        },
     }
     return "exec", args, result, None
 
@@ -311,7 +355,10 @@ def _web_fetch(rng: random.Random, url: str | None = None) -> Call:
     url = url or f"https://{rng.choice(_HOSTS)}/{rng.choice(_NAMES)}/{_hex(rng, 6)}"
     body = _prose(rng, rng.randint(250, 900))
     args = {"url": url, "extractMode": "markdown", "maxChars": 20000}
-    result = {"content": _text(body), "details": {"url": url, "status": 200, "contentType": "text/html", "length": len(body)}}
+    result = {
+        "content": _text(body),
+        "details": {"url": url, "status": 200, "contentType": "text/html", "length": len(body)},
+    }
     return "web_fetch", args, result, None
 
 
@@ -320,12 +367,19 @@ def _browser(rng: random.Random, url: str | None = None, action: str | None = No
     action = action or rng.choice(("snapshot", "snapshot", "navigate", "act"))
     args: dict[str, Any] = {"action": action, "profile": "agent", "targetUrl": url}
     if action == "act":
-        args["request"] = {"kind": rng.choice(("click", "type")), "ref": f"e{rng.randint(1, 80)}", "text": _prose(rng, 20)[:30]}
+        args["request"] = {
+            "kind": rng.choice(("click", "type")),
+            "ref": f"e{rng.randint(1, 80)}",
+            "text": _prose(rng, 20)[:30],
+        }
     snapshot = "\n".join(
         f'- {rng.choice(("button", "link", "textbox", "heading"))} "{_prose(rng, 12)[:24]}" [ref=e{i}]'
         for i in range(rng.randint(6, 20))
     )
-    result = {"content": _text(snapshot), "details": {"ok": True, "url": url, "title": _prose(rng, 20)[:40], "targetId": _hex(rng, 16)}}
+    result = {
+        "content": _text(snapshot),
+        "details": {"ok": True, "url": url, "title": _prose(rng, 20)[:40], "targetId": _hex(rng, 16)},
+    }
     return "browser", args, result, None
 
 
@@ -337,8 +391,13 @@ def _message(rng: random.Random) -> Call:
     if action == "read":
         args["limit"] = 20
         messages = [
-            {"id": _hex(rng, 12), "text": _prose(rng, 50)[:90], "senderId": f"U{_hex(rng, 8)}", "direction": "inbound",
-             "createdAt": round(_BASE_TS + rng.uniform(0, 86400), 3)}
+            {
+                "id": _hex(rng, 12),
+                "text": _prose(rng, 50)[:90],
+                "senderId": f"U{_hex(rng, 8)}",
+                "direction": "inbound",
+                "createdAt": round(_BASE_TS + rng.uniform(0, 86400), 3),
+            }
             for _ in range(rng.randint(2, 5))
         ]
         return "message", args, {"content": _text(f"{len(messages)} messages"), "details": {"messages": messages}}, None
@@ -357,7 +416,12 @@ def _message(rng: random.Random) -> Call:
 def _sessions_send(rng: random.Random) -> Call:
     key = f"agent:{rng.choice(_AGENTS)}:main"
     args = {"sessionKey": key, "message": _prose(rng, rng.randint(80, 300)), "timeoutSeconds": 30}
-    details = {"status": "ok", "runId": f"run-{_hex(rng, 12)}", "sessionKey": key, "reply": _prose(rng, rng.randint(60, 300))}
+    details = {
+        "status": "ok",
+        "runId": f"run-{_hex(rng, 12)}",
+        "sessionKey": key,
+        "reply": _prose(rng, rng.randint(60, 300)),
+    }
     return "sessions_send", args, {"content": _text(details["reply"]), "details": details}, None
 
 
@@ -375,8 +439,13 @@ def _update_plan(rng: random.Random) -> Call:
 def _memory_search(rng: random.Random) -> Call:
     query = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(2, 5)))
     hits = [
-        {"path": f"memory/2025-06-{rng.randint(1, 28):02d}.md", "startLine": (s := rng.randint(1, 200)), "endLine": s + 8,
-         "score": round(rng.uniform(0.3, 0.95), 3), "snippet": _prose(rng, 80)[:140]}
+        {
+            "path": f"memory/2025-06-{rng.randint(1, 28):02d}.md",
+            "startLine": (s := rng.randint(1, 200)),
+            "endLine": s + 8,
+            "score": round(rng.uniform(0.3, 0.95), 3),
+            "snippet": _prose(rng, 80)[:140],
+        }
         for _ in range(rng.randint(1, 4))
     ]
     args = {"query": query, "maxResults": 5, "minScore": 0.35}
@@ -395,8 +464,17 @@ def _progress_poll(rng: random.Random) -> Call:
 
 
 _HEALTHY: tuple[tuple[Any, float], ...] = (
-    (_read, 0.22), (_exec, 0.18), (_write, 0.05), (_edit, 0.08), (_web_search, 0.07), (_web_fetch, 0.04),
-    (_browser, 0.07), (_message, 0.06), (_sessions_send, 0.02), (_update_plan, 0.05), (_memory_search, 0.04),
+    (_read, 0.22),
+    (_exec, 0.18),
+    (_write, 0.05),
+    (_edit, 0.08),
+    (_web_search, 0.07),
+    (_web_fetch, 0.04),
+    (_browser, 0.07),
+    (_message, 0.06),
+    (_sessions_send, 0.02),
+    (_update_plan, 0.05),
+    (_memory_search, 0.04),
     (_progress_poll, 0.12),
 )
 _HEALTHY_MAKERS = tuple(m for m, _ in _HEALTHY)
@@ -413,7 +491,11 @@ def _healthy_call(rng: random.Random) -> Call:
     tool, args, result, error = rng.choices(_HEALTHY_MAKERS, _HEALTHY_WEIGHTS)[0](rng)
     if rng.random() < 0.04:
         message = rng.choice(_ERRORS).format(path=args.get("path", "/tmp/x"))
-        error = message if rng.random() < 0.8 else {"message": message, "code": "E" + _hex(rng, 3).upper(), "retryable": True}
+        error = (
+            message
+            if rng.random() < 0.8
+            else {"message": message, "code": "E" + _hex(rng, 3).upper(), "retryable": True}
+        )
         result = None
     return tool, args, result, error
 
@@ -452,12 +534,14 @@ def _noisy_failure(rng: random.Random, cause: str) -> str:
     stamp += rng.choice(("Z", "+02:00", "-05:30", ""))
     attempt = rng.choice(("attempt", "Attempt", "retry", "RETRY"))
     pid = rng.choice(("pid", "PID", "ppid"))
-    return "\n".join((
-        f"[{stamp}] {attempt}{rng.choice((' ', ' #', ': ', '='))}{rng.randint(1, 12)} starting",
-        f"worker {pid}{rng.choice((' ', '=', ': ', ' #'))}{rng.randint(100, 99999)} up at {rng.randint(0, 23)}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}",
-        cause,
-        f"Time: {rng.uniform(0.2, 90):.{rng.randint(0, 3)}f}{rng.choice(('s', ' s', 'ms', ' seconds', ' minutes'))}",
-    ))  # fmt: skip
+    return "\n".join(
+        (
+            f"[{stamp}] {attempt}{rng.choice((' ', ' #', ': ', '='))}{rng.randint(1, 12)} starting",
+            f"worker {pid}{rng.choice((' ', '=', ': ', ' #'))}{rng.randint(100, 99999)} up at {rng.randint(0, 23)}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}",
+            cause,
+            f"Time: {rng.uniform(0.2, 90):.{rng.randint(0, 3)}f}{rng.choice(('s', ' s', 'ms', ' seconds', ' minutes'))}",
+        )
+    )
 
 
 def _exec_failure(rng: random.Random, command: str, output: str, exit_code: int, timed_out: bool = False) -> Call:
@@ -494,12 +578,16 @@ def _argument_churn(run: _Run, calls: int) -> None:
     variants: list[dict[str, Any]] = []
     for _ in range(rng.randint(2, 4)):
         if tool == "web_fetch":
-            variants.append({"url": f"https://{rng.choice(_HOSTS)}/{rng.choice(_NAMES)}/{_hex(rng, 4)}", "maxChars": 20000})
+            variants.append(
+                {"url": f"https://{rng.choice(_HOSTS)}/{rng.choice(_NAMES)}/{_hex(rng, 4)}", "maxChars": 20000}
+            )
         elif tool == "exec":
             variants.append({"command": " ".join((rng.choice(_FLAG_COMMANDS), *rng.sample(_FLAGS, 2)))})
         else:
             variants.append({"path": _path(rng), **({"content": _code(rng, 120)} if tool == "write" else {})})
-    message = rng.choice(("HTTP 429: rate limited", "permission denied", "spawn ENOMEM", "EACCES: operation not permitted"))
+    message = rng.choice(
+        ("HTTP 429: rate limited", "permission denied", "spawn ENOMEM", "EACCES: operation not permitted")
+    )
     cycle = rng.random() < 0.5
     for i in range(calls):
         args = variants[i % len(variants)] if cycle else rng.choice(variants)
@@ -522,7 +610,10 @@ def _unchanged_write(run: _Run, calls: int) -> None:
             result = {"content": _text(f"Successfully wrote to {path}"), "details": {"changed": True}}
         else:
             checked = f"2026-09-02T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
-            result = {"content": _text(f"{path} unchanged (checked {checked})"), "details": {"changed": False, "checkedAt": checked}}
+            result = {
+                "content": _text(f"{path} unchanged (checked {checked})"),
+                "details": {"changed": False, "checkedAt": checked},
+            }
         run.step(("write", args, result, None))
 
 
@@ -597,7 +688,11 @@ class _Run:
         self.calls += 1
         call_id = f"call_{_hex(self.rng, 20)}"
         event: dict[str, Any] = {
-            "type": "tool_call", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
+            "type": "tool_call",
+            "run_id": self.run_id,
+            "seq": self._next_seq(),
+            "tool_call_id": call_id,
+            "tool_name": tool,
         }
         if self.precomputed:
             fields, payload = precompute_call(tool, args)
@@ -613,7 +708,11 @@ class _Run:
 
     def result(self, call_id: str, tool: str, result: Any, error: Any) -> None:
         event: dict[str, Any] = {
-            "type": "tool_result", "run_id": self.run_id, "seq": self._next_seq(), "tool_call_id": call_id, "tool_name": tool,
+            "type": "tool_result",
+            "run_id": self.run_id,
+            "seq": self._next_seq(),
+            "tool_call_id": call_id,
+            "tool_name": tool,
         }
         if self.precomputed:
             _, args = self.open.pop(call_id)
@@ -690,7 +789,9 @@ def precompute_result(tool: str, args: Any, result: Any, error: Any) -> dict[str
     """The hashed fields of a result (spec 7.5), from its call's normalised args and its payload."""
     _load_engine()
     hashes = _hashing.hash_result(
-        tool, args, _normalize(result) if result is not None else msgspec.UNSET,
+        tool,
+        args,
+        _normalize(result) if result is not None else msgspec.UNSET,
         _normalize(error) if error is not None else msgspec.UNSET,
     )
     return _hashing.wire_fields(hashes)
@@ -797,7 +898,12 @@ def _build(run: _Run, p: dict[str, Any], flex: int, dangling: bool) -> None:
                 output += "\n" + _log(rng, 60)
                 run.step((tool, args, _command_status_result(rng, output), None))
             output += "\n" + _log(rng, 60)  # the last line before it hangs
-            run.repeat((tool, args, _command_status_result(rng, output), None), p["times"], "known_poll_no_progress", p["vetoes"])
+            run.repeat(
+                (tool, args, _command_status_result(rng, output), None),
+                p["times"],
+                "known_poll_no_progress",
+                p["vetoes"],
+            )
             done = _command_status_result(rng, output + "\nexit 0", "DONE")
         else:
             tool, args = "process", _poll_args(variant, session)
@@ -899,9 +1005,12 @@ def _build(run: _Run, p: dict[str, Any], flex: int, dangling: bool) -> None:
 
 
 _SECTION7: dict[str, Any] = {
-    "exec_flags": _exec_flags, "argument_churn": _argument_churn, "unchanged_write": _unchanged_write,
-    "untrusted_fetch": _untrusted_fetch, "stuck_retry": _stuck_retry,
-}  # fmt: skip
+    "exec_flags": _exec_flags,
+    "argument_churn": _argument_churn,
+    "unchanged_write": _unchanged_write,
+    "untrusted_fetch": _untrusted_fetch,
+    "stuck_retry": _stuck_retry,
+}
 
 
 def _progress(rng: random.Random, made: Call) -> Call:

@@ -59,11 +59,16 @@ def gateway_samples(bootstrap: str, topics: dict[str, str], calls: int, local_ha
 
     with ScriptedModel(script) as model:
         home = gateway_home(
-            work, model.base_url,
-            {"bootstrap": bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"],
-             "localHashing": local_hashing},
+            work,
+            model.base_url,
+            {
+                "bootstrap": bootstrap,
+                "eventsTopic": topics["events"],
+                "decisionsTopic": topics["decisions"],
+                "localHashing": local_hashing,
+            },
             logging={"consoleLevel": "debug"},
-        )  # fmt: skip
+        )
         done = openclaw.run_agent(home, "Run the steps.")
     if done.returncode != 0:
         raise SystemExit(f"openclaw agent failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -75,7 +80,9 @@ def gateway_samples(bootstrap: str, topics: dict[str, str], calls: int, local_ha
 
 def client_samples(bootstrap: str, topics: dict[str, str], calls: int) -> list[float]:
     samples = []
-    with GuardClient(bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10.0) as client:
+    with GuardClient(
+        bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10.0
+    ) as client:
         run_id = f"baseline-{time.time_ns()}"
         for step in range(calls):
             started = time.perf_counter()
@@ -117,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1))
     g, b = report["gateway_ms"], report["python_client_ms"]
-    print(f"verdict round trip over {args.calls} calls (first call apart: {gateway[0]:.0f} ms), local hashing {'on' if args.local_hashing else 'off'}")
-    print(f"  OpenClaw plugin (before_tool_call wait):  p50 {g['p50']:.1f} ms  p99 {g['p99']:.1f} ms  max {g['max']:.1f} ms")
-    print(f"  Python client baseline (guard):           p50 {b['p50']:.1f} ms  p99 {b['p99']:.1f} ms  max {b['max']:.1f} ms")
+    print(
+        f"verdict round trip over {args.calls} calls (first call apart: {gateway[0]:.0f} ms), local hashing {'on' if args.local_hashing else 'off'}"
+    )
+    print(
+        f"  OpenClaw plugin (before_tool_call wait):  p50 {g['p50']:.1f} ms  p99 {g['p99']:.1f} ms  max {g['max']:.1f} ms"
+    )
+    print(
+        f"  Python client baseline (guard):           p50 {b['p50']:.1f} ms  p99 {b['p99']:.1f} ms  max {b['max']:.1f} ms"
+    )
     print(f"  ratio of medians (plugin / client): {report['ratio_p50']:.2f}")
     print(f"  samples: {out.relative_to(REPO)}")
     return 0

@@ -55,13 +55,27 @@ def main() -> int:
         lines = make_trace(args.runs, 25)
         expected = reference(lines, config)
         topics = names("bench")
-        ensure_topics(bootstrap, Topics(events=topics["events"], decisions=topics["decisions"],
-                                        deadletter=topics["deadletter"], partitions=args.partitions))
+        ensure_topics(
+            bootstrap,
+            Topics(
+                events=topics["events"],
+                decisions=topics["decisions"],
+                deadletter=topics["deadletter"],
+                partitions=args.partitions,
+            ),
+        )
         started = time.monotonic()
         produce(bootstrap, topics["events"], lines)
         print(f"published {len(lines)} events in {time.monotonic() - started:.1f}s; expecting {len(expected)} verdicts")
-        worker = Worker(bootstrap, topics, work, "worker", config=config, partitions=args.partitions,
-                        extra=["--processing-guarantee", args.guarantee, "--stats-interval", "60s", *args.worker_args])
+        worker = Worker(
+            bootstrap,
+            topics,
+            work,
+            "worker",
+            config=config,
+            partitions=args.partitions,
+            extra=["--processing-guarantee", args.guarantee, "--stats-interval", "60s", *args.worker_args],
+        )
         with worker:
             worker.wait_assigned(120)
             cpu_before = cpu_seconds(worker.proc.pid)  # type: ignore[union-attr]

@@ -61,8 +61,13 @@ def run_tool(name: str, args: dict) -> dict:
     if name == "exec":
         return {
             "content": [{"type": "text", "text": "FAILED tests/test_api.py::test_login - KeyError: 'token'"}],
-            "details": {"status": "completed", "exitCode": 1, "durationMs": 812, "pid": os.getpid(),
-                        "aggregated": "FAILED tests/test_api.py::test_login - KeyError: 'token'"},
+            "details": {
+                "status": "completed",
+                "exitCode": 1,
+                "durationMs": 812,
+                "pid": os.getpid(),
+                "aggregated": "FAILED tests/test_api.py::test_login - KeyError: 'token'",
+            },
         }
     if name == "read":
         return {"content": [{"type": "text", "text": "def login(user):\n    return session['token']\n"}]}
@@ -76,8 +81,10 @@ def say(verdict: ClientVerdict, tool: str, args: dict) -> None:
     elif verdict.decision == "allow":
         print(f"{call}  -> allow")
     else:
-        print(f"{call}\n        -> {verdict.decision.upper()} ({verdict.detector}, count {verdict.count})\n"
-              f"           {verdict.message}")
+        print(
+            f"{call}\n        -> {verdict.decision.upper()} ({verdict.detector}, count {verdict.count})\n"
+            f"           {verdict.message}"
+        )
 
 
 def agent(client: GuardClient, run_id: str, max_steps: int = 40) -> str:
@@ -126,10 +133,28 @@ def local_stack(config: dict):
         ensure_topics(broker.bootstrap, Topics(partitions=3))
         log = open(workdir / "worker.log", "wb")  # noqa: SIM115
         worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", broker.bootstrap, "--config",
-             str(config_path), "--data-dir", str(workdir / "data"), "--standby-replicas", "0",
-             "--app-id", f"demo-{uuid.uuid4().hex[:6]}", "--partitions", "3"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "streams.cli",
+                "worker",
+                "--bootstrap",
+                broker.bootstrap,
+                "--config",
+                str(config_path),
+                "--data-dir",
+                str(workdir / "data"),
+                "--standby-replicas",
+                "0",
+                "--app-id",
+                f"demo-{uuid.uuid4().hex[:6]}",
+                "--partitions",
+                "3",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         print(f"started a broker at {broker.bootstrap} and a worker (log: {workdir / 'worker.log'})")
         try:
@@ -155,10 +180,14 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = local_stack(DEMO_CONFIG) if args.start else contextlib.nullcontext(args.bootstrap)
     with stack as bootstrap:
-        with GuardClient(bootstrap, timeout=args.timeout, policy=args.policy, local_hashing=args.local_hashing) as client:
+        with GuardClient(
+            bootstrap, timeout=args.timeout, policy=args.policy, local_hashing=args.local_hashing
+        ) as client:
             if args.start:  # the first verdict waits out the worker's start-up
                 started = time.monotonic()
-                warm = client.check(client.tool_call(f"warmup-{uuid.uuid4().hex[:6]}", "read", {"path": "x"}), timeout=90)
+                warm = client.check(
+                    client.tool_call(f"warmup-{uuid.uuid4().hex[:6]}", "read", {"path": "x"}), timeout=90
+                )
                 print(f"worker answering after {time.monotonic() - started:.1f}s ({warm.decision})\n")
             run_id = f"demo-{uuid.uuid4().hex[:8]}"
             print(f"run {run_id} (local hashing {'on' if args.local_hashing else 'off'}, policy {args.policy})")

@@ -20,11 +20,24 @@ def run(run_id: str, agent_id: str | None, steps: list[tuple]) -> list[dict]:
             events.append({"type": "run_end", "run_id": run_id, "seq": next(seq)})
             continue
         _, tool, args, result, error = step
-        call = {"type": "tool_call", "run_id": run_id, "seq": next(seq), "tool_call_id": f"call-{n}", "tool_name": tool, "args": args}
+        call = {
+            "type": "tool_call",
+            "run_id": run_id,
+            "seq": next(seq),
+            "tool_call_id": f"call-{n}",
+            "tool_name": tool,
+            "args": args,
+        }
         if agent_id and not events:
             call["agent_id"] = agent_id
         events.append(call)
-        outcome = {"type": "tool_result", "run_id": run_id, "seq": next(seq), "tool_call_id": f"call-{n}", "tool_name": tool}
+        outcome = {
+            "type": "tool_result",
+            "run_id": run_id,
+            "seq": next(seq),
+            "tool_call_id": f"call-{n}",
+            "tool_name": tool,
+        }
         if error is not None:
             outcome["error"] = error
         else:
@@ -38,15 +51,39 @@ def text(body: str) -> dict:
 
 
 def main() -> None:
-    missing = ("call", "read", {"path": "/repo/ROADMAP.md"}, None, "ENOENT: no such file or directory, open '/repo/ROADMAP.md'")
-    poll = ("call", "process", {"action": "poll", "sessionId": "build-7"}, {"details": {"status": "running", "aggregated": "compiling…"}, **text("still running")}, None)
+    missing = (
+        "call",
+        "read",
+        {"path": "/repo/ROADMAP.md"},
+        None,
+        "ENOENT: no such file or directory, open '/repo/ROADMAP.md'",
+    )
+    poll = (
+        "call",
+        "process",
+        {"action": "poll", "sessionId": "build-7"},
+        {"details": {"status": "running", "aggregated": "compiling…"}, **text("still running")},
+        None,
+    )
     ping = ("call", "browser", {"action": "snapshot", "tab": 1}, text("<page unchanged>"), None)
     pong = ("call", "browser", {"action": "click", "ref": "e12"}, text("clicked"), None)
     unknown = ("call", "web_serch", {"q": "kafka partitions"}, None, "Unknown tool: web_serch")
-    stuck_exec = ("call", "exec", {"command": "npm test"}, {"details": {"status": "failed", "exitCode": 1, "aggregated": "1 failing", "durationMs": 913}}, None)
+    stuck_exec = (
+        "call",
+        "exec",
+        {"command": "npm test"},
+        {"details": {"status": "failed", "exitCode": 1, "aggregated": "1 failing", "durationMs": 913}},
+        None,
+    )
     healthy = [
         ("call", "read", {"path": "README.md"}, text("# demo"), None),
-        ("call", "exec", {"command": "ls"}, {"details": {"status": "completed", "exitCode": 0, "aggregated": "README.md\nsrc"}}, None),
+        (
+            "call",
+            "exec",
+            {"command": "ls"},
+            {"details": {"status": "completed", "exitCode": 0, "aggregated": "README.md\nsrc"}},
+            None,
+        ),
         ("call", "write", {"path": "notes.md", "content": "done"}, text("written"), None),
         ("end",),
     ]

@@ -14,7 +14,9 @@ from msgspec import UNSET, Meta, Struct
 MAX_ID_CHARS = 4096
 """Bound on every id and hash string, so one event cannot bloat a run's stored state."""
 
-RunId = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, description="Agent run id; also the Kafka message key.")]
+RunId = Annotated[
+    str, Meta(min_length=1, max_length=MAX_ID_CHARS, description="Agent run id; also the Kafka message key.")
+]
 Seq = Annotated[
     int,
     Meta(ge=0, le=2**63 - 1, description="Grows within a run; a seq not above the last one seen is a duplicate."),

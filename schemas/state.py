@@ -62,13 +62,13 @@ MAX_UNFINISHED = 256
 class RunState(Struct, kw_only=True, dict=True):
     """Everything the engine knows about one run.
 
-    `dict=True` lets the engine keep an index of `history` beside the fields
-    (streams.engine.engine._seen); only the fields are encoded. `unfinished`
-    holds, by call id, the calls that left the history before their result
-    arrived, so that a result sent without args still takes its call's args
-    hash (and a veto record that left the history, so that a veto result for
-it still changes nothing); a state stored before it existed decodes with it
-empty.
+        `dict=True` lets the engine keep an index of `history` beside the fields
+        (streams.engine.engine._seen); only the fields are encoded. `unfinished`
+        holds, by call id, the calls that left the history before their result
+        arrived, so that a result sent without args still takes its call's args
+        hash (and a veto record that left the history, so that a veto result for
+    it still changes nothing); a state stored before it existed decodes with it
+    empty.
     """
 
     last_seq: int = -1

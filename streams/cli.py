@@ -73,8 +73,11 @@ def _produce(args: argparse.Namespace) -> int:
     except Exception as exc:  # broker unreachable, timeouts
         print(f"loopwarden: cannot produce to {args.topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"sent {report.sent} events to {args.topic}" + (f", refused {report.refused} bad lines" if report.refused else ""),
-          file=sys.stderr)
+    print(
+        f"sent {report.sent} events to {args.topic}"
+        + (f", refused {report.refused} bad lines" if report.refused else ""),
+        file=sys.stderr,
+    )
     return 1 if report.refused else 0
 
 

@@ -30,7 +30,11 @@ def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, **e
     environ = {k: v for k, v in os.environ.items() if k != "LOOPWARDEN_CONFIG"} | env
     return subprocess.run(
         [sys.executable, "-m", "streams.cli", "replay", *args],
-        input=stdin if stdin is not None else b"", capture_output=True, env=environ, cwd=cwd, timeout=60,
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        env=environ,
+        cwd=cwd,
+        timeout=60,
     )
 
 
@@ -80,8 +84,14 @@ def call(
     args_hash: Any = _MISSING,
 ) -> Any:
     return _event(
-        "tool_call", run, seq, tool_call_id=call_id or f"c{seq}", tool_name=tool, args=args,
-        agent_id=agent, args_hash=args_hash,
+        "tool_call",
+        run,
+        seq,
+        tool_call_id=call_id or f"c{seq}",
+        tool_name=tool,
+        args=args,
+        agent_id=agent,
+        args_hash=args_hash,
     )
 
 
@@ -102,9 +112,20 @@ def result(
     no_progress: Any = _MISSING,
 ) -> Any:
     return _event(
-        "tool_result", run, seq, tool_call_id=call_id, tool_name=tool, result=result, error=error,
-        args=args, args_hash=args_hash, result_hash=result_hash, unknown_tool_name=unknown_tool_name,
-        outcome_kind=outcome_kind, failure_identity=failure_identity, no_progress=no_progress,
+        "tool_result",
+        run,
+        seq,
+        tool_call_id=call_id,
+        tool_name=tool,
+        result=result,
+        error=error,
+        args=args,
+        args_hash=args_hash,
+        result_hash=result_hash,
+        unknown_tool_name=unknown_tool_name,
+        outcome_kind=outcome_kind,
+        failure_identity=failure_identity,
+        no_progress=no_progress,
     )
 
 
@@ -166,8 +187,9 @@ class Driver:
 
     def call(self, tool: str, args: Any = _MISSING, *, run: str = "r1", **kw: Any) -> Any:
         self.calls += 1
-        verdicts = self.feed(call(run, self.next_seq(run), tool, args, call_id=kw.pop("call_id", None)
-                                  or f"k{self.calls}", **kw))
+        verdicts = self.feed(
+            call(run, self.next_seq(run), tool, args, call_id=kw.pop("call_id", None) or f"k{self.calls}", **kw)
+        )
         assert len(verdicts) == 1
         return verdicts[0]
 
@@ -175,7 +197,13 @@ class Driver:
         return self.feed(result(run, self.next_seq(run), tool, call_id or f"k{self.calls}", **kw))
 
     def step(
-        self, tool: str, args: Any = _MISSING, *, run: str = "r1", res: Any = _MISSING, err: Any = _MISSING,
+        self,
+        tool: str,
+        args: Any = _MISSING,
+        *,
+        run: str = "r1",
+        res: Any = _MISSING,
+        err: Any = _MISSING,
         agent: Any = _MISSING,
     ) -> Any:
         """A call and, unless it was blocked or aborted, its result; returns the call's verdict."""

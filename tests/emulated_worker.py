@@ -152,11 +152,27 @@ class RealWorker:
         self.app_id = f"lw-test-{uuid.uuid4().hex[:6]}"
         self.log_path = Path(tmp_path) / f"{self.app_id}.log"
         self.args = [
-            sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap,
-            "--events-topic", topics["events"], "--decisions-topic", topics["decisions"],
-            "--deadletter-topic", topics["deadletter"], "--partitions", str(partitions),
-            "--app-id", self.app_id, "--data-dir", str(Path(tmp_path) / f"{self.app_id}-data"),
-            "--standby-replicas", "0", *extra,
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "worker",
+            "--bootstrap",
+            bootstrap,
+            "--events-topic",
+            topics["events"],
+            "--decisions-topic",
+            topics["decisions"],
+            "--deadletter-topic",
+            topics["deadletter"],
+            "--partitions",
+            str(partitions),
+            "--app-id",
+            self.app_id,
+            "--data-dir",
+            str(Path(tmp_path) / f"{self.app_id}-data"),
+            "--standby-replicas",
+            "0",
+            *extra,
         ]
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.cwd = Path(__file__).resolve().parents[1]

@@ -76,13 +76,24 @@ class _Run:
     def call(self, tool: str, args: Any, result: Any = None, error: str | None = None) -> None:
         self.calls += 1
         call_id = f"c{self.calls}"
-        event = {"type": "tool_call", "run_id": self.run_id, "seq": self._next(), "tool_call_id": call_id,
-                 "tool_name": tool, "args": args}
+        event = {
+            "type": "tool_call",
+            "run_id": self.run_id,
+            "seq": self._next(),
+            "tool_call_id": call_id,
+            "tool_name": tool,
+            "args": args,
+        }
         if self.agent and self.calls == 1:
             event["agent_id"] = self.agent
         self.events.append(event)
-        outcome: dict[str, Any] = {"type": "tool_result", "run_id": self.run_id, "seq": self._next(),
-                                   "tool_call_id": call_id, "tool_name": tool}
+        outcome: dict[str, Any] = {
+            "type": "tool_result",
+            "run_id": self.run_id,
+            "seq": self._next(),
+            "tool_call_id": call_id,
+            "tool_name": tool,
+        }
         if error is not None:
             outcome["error"] = error
         else:
@@ -190,7 +201,12 @@ def by_run(verdicts: Iterable[bytes], *, dedupe: bool = True) -> dict[str, list[
 
 def names(prefix: str = "t") -> dict[str, str]:
     tag = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    return {"app_id": tag, "events": f"{tag}.events", "decisions": f"{tag}.decisions", "deadletter": f"{tag}.deadletter"}
+    return {
+        "app_id": tag,
+        "events": f"{tag}.events",
+        "decisions": f"{tag}.decisions",
+        "deadletter": f"{tag}.deadletter",
+    }
 
 
 def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequence[bytes | None] | None = None) -> None:
@@ -204,13 +220,16 @@ def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequenc
         producer.close()
 
 
-def consume(
-    bootstrap: str, topic: str, *, count: int, timeout: float, settle: float = 0.0
-) -> list[Any]:
+def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: float = 0.0) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             isolation_level="read_committed", allow_auto_create_topics=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        allow_auto_create_topics=False,
+    )
     records: list[Any] = []
     try:
         deadline = time.monotonic() + timeout
@@ -246,26 +265,49 @@ def values(records: Iterable[Any]) -> list[bytes]:
 class Worker:
     """A real `loopwarden worker` subprocess with its own data dir and log."""
 
-    def __init__(self, bootstrap: str, topics: dict[str, str], workdir: Path, name: str, *,
-                 config: Path | None, partitions: int = 4, extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: dict[str, str],
+        workdir: Path,
+        name: str,
+        *,
+        config: Path | None,
+        partitions: int = 4,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
         self.args = [
-            *LOOPWARDEN, "worker",
-            "--bootstrap", bootstrap,
-            "--app-id", topics["app_id"],
-            "--events-topic", topics["events"],
-            "--decisions-topic", topics["decisions"],
-            "--deadletter-topic", topics["deadletter"],
-            "--partitions", str(partitions),
-            "--data-dir", str(self.data_dir),
-            "--standby-replicas", "0",
-            "--session-timeout", "6s",
-            "--heartbeat-interval", "0.5s",
-            "--commit-interval", "0.5s",
-            "--recovery-delay", "0",
-            "--stats-interval", "1s",
+            *LOOPWARDEN,
+            "worker",
+            "--bootstrap",
+            bootstrap,
+            "--app-id",
+            topics["app_id"],
+            "--events-topic",
+            topics["events"],
+            "--decisions-topic",
+            topics["decisions"],
+            "--deadletter-topic",
+            topics["deadletter"],
+            "--partitions",
+            str(partitions),
+            "--data-dir",
+            str(self.data_dir),
+            "--standby-replicas",
+            "0",
+            "--session-timeout",
+            "6s",
+            "--heartbeat-interval",
+            "0.5s",
+            "--commit-interval",
+            "0.5s",
+            "--recovery-delay",
+            "0",
+            "--stats-interval",
+            "1s",
             *(["--config", str(config)] if config else []),
             *extra,
         ]
@@ -276,8 +318,9 @@ class Worker:
         self._log = open(self.log_path, "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LOOPWARDEN_CONFIG", None)
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env, stdin=subprocess.DEVNULL
+        )
         return self
 
     def log(self) -> str:
@@ -300,7 +343,9 @@ class Worker:
             if predicate():
                 return
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited ({self.proc.returncode}) waiting for {what}:\n{self.log()[-4000:]}")
+                raise AssertionError(
+                    f"{self.name} exited ({self.proc.returncode}) waiting for {what}:\n{self.log()[-4000:]}"
+                )
             time.sleep(0.1)
         raise AssertionError(f"{self.name}: no {what} after {timeout}s:\n{self.log()[-4000:]}")
 

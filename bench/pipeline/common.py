@@ -40,8 +40,9 @@ LOOPWARDEN = [str(_SCRIPT)] if _SCRIPT.exists() else [PYTHON, "-m", "streams.cli
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=doc.strip().splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+    p = argparse.ArgumentParser(
+        description=doc.strip().splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc
+    )
     p.add_argument("--bootstrap", help="a running broker (default: start a temporary one)")
     p.add_argument("--partitions", type=int, default=12, help="events topic partitions (default 12)")
     p.add_argument("--repeat", type=int, default=1, help="repetitions; medians are reported (default 1)")
@@ -62,16 +63,24 @@ def broker(bootstrap: str | None) -> Iterator[str]:
 
 def topic_names(prefix: str) -> dict[str, str]:
     tag = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    return {"app_id": tag, "events": f"{tag}.events", "decisions": f"{tag}.decisions",
-            "deadletter": f"{tag}.deadletter"}
+    return {
+        "app_id": tag,
+        "events": f"{tag}.events",
+        "decisions": f"{tag}.decisions",
+        "deadletter": f"{tag}.deadletter",
+    }
 
 
 def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
     from streams.worker.settings import Topics
     from streams.worker.topics import ensure_topics
 
-    ensure_topics(bootstrap, Topics(events=names["events"], decisions=names["decisions"],
-                                    deadletter=names["deadletter"], partitions=partitions))
+    ensure_topics(
+        bootstrap,
+        Topics(
+            events=names["events"], decisions=names["decisions"], deadletter=names["deadletter"], partitions=partitions
+        ),
+    )
 
 
 # -- traces ------------------------------------------------------------------
@@ -110,8 +119,13 @@ async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes
     """Publish keyed messages as fast as aiokafka allows; returns seconds."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=512 * 1024, max_request_size=8 * 1024 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=20,
+        max_batch_size=512 * 1024,
+        max_request_size=8 * 1024 * 1024,
+    )
     await producer.start()
     started = time.perf_counter()
     try:
@@ -127,15 +141,21 @@ async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes
     return time.perf_counter() - started
 
 
-async def collect(bootstrap: str, topic: str, count: int, timeout: float, *, idle: float = 60.0,
-                  progress: Any = None) -> list[tuple[int, bytes]]:
+async def collect(
+    bootstrap: str, topic: str, count: int, timeout: float, *, idle: float = 60.0, progress: Any = None
+) -> list[tuple[int, bytes]]:
     """(timestamp ms, value) of a topic's records from the beginning until
     ``count`` arrived, ``idle`` seconds pass without one, or ``timeout``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
     await consumer.start()
     got: list[tuple[int, bytes]] = []
     try:
@@ -211,8 +231,9 @@ class Proc:
 
     def start(self) -> Proc:
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=self.env, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL
+        )
         return self
 
     @property
@@ -254,21 +275,32 @@ class Proc:
         self.stop()
 
 
-def worker(bootstrap: str, names: dict[str, str], workdir: Path, name: str, partitions: int,
-           extra: Sequence[str] = ()) -> Proc:
+def worker(
+    bootstrap: str, names: dict[str, str], workdir: Path, name: str, partitions: int, extra: Sequence[str] = ()
+) -> Proc:
     """A real ``loopwarden worker`` with default settings except: no standby
     replicas (one worker has nobody to keep them), no periodic summary."""
     argv = [
-        *LOOPWARDEN, "worker",
-        "--bootstrap", bootstrap,
-        "--app-id", names["app_id"],
-        "--events-topic", names["events"],
-        "--decisions-topic", names["decisions"],
-        "--deadletter-topic", names["deadletter"],
-        "--partitions", str(partitions),
-        "--data-dir", str(workdir / f"{name}-data"),
-        "--standby-replicas", "0",
-        "--stats-interval", "3600s",
+        *LOOPWARDEN,
+        "worker",
+        "--bootstrap",
+        bootstrap,
+        "--app-id",
+        names["app_id"],
+        "--events-topic",
+        names["events"],
+        "--decisions-topic",
+        names["decisions"],
+        "--deadletter-topic",
+        names["deadletter"],
+        "--partitions",
+        str(partitions),
+        "--data-dir",
+        str(workdir / f"{name}-data"),
+        "--standby-replicas",
+        "0",
+        "--stats-interval",
+        "3600s",
         *extra,
     ]
     return Proc(argv, workdir / f"{name}.log")

@@ -22,8 +22,9 @@ from bench.pipeline import common as c
 async def raw_relay(bootstrap: str, source: str, destination: str, count: int) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await consumer.start()
     await producer.start()
@@ -58,16 +59,29 @@ def run_once(bootstrap: str, source: str, count: int, partitions: int) -> list[d
     stats = asyncio.run(raw_relay(bootstrap, source, names["decisions"], count))
     out = asyncio.run(c.collect(bootstrap, names["decisions"], count, timeout=600))
     span, rate = c.span_rate([t for t, _ in out], count)
-    rows.append({"floor": "raw aiokafka relay", "messages": len(out), "span_s": span, "msgs_per_s": rate,
-                 "cpu_s": stats["cpu_s"], "msgs_per_cpu_s": count / stats["cpu_s"], "load1": load})
+    rows.append(
+        {
+            "floor": "raw aiokafka relay",
+            "messages": len(out),
+            "span_s": span,
+            "msgs_per_s": rate,
+            "cpu_s": stats["cpu_s"],
+            "msgs_per_cpu_s": count / stats["cpu_s"],
+            "load1": load,
+        }
+    )
     # (b) minimal Faust agent
     names = c.topic_names("floor-faust")
     c.create_topics(bootstrap, names, partitions)
     work = c.workdir("floor-faust")
-    env = {"LW_BROKER": bootstrap, "LW_SRC": source, "LW_DST": names["decisions"], "LW_APP": names["app_id"],
-           "LW_DATA": str(work / "data")}
-    proc = c.Proc([c.PYTHON, "-m", "bench.pipeline.passthrough_app", "worker", "-l", "warn"],
-                  work / "faust.log", env)
+    env = {
+        "LW_BROKER": bootstrap,
+        "LW_SRC": source,
+        "LW_DST": names["decisions"],
+        "LW_APP": names["app_id"],
+        "LW_DATA": str(work / "data"),
+    }
+    proc = c.Proc([c.PYTHON, "-m", "bench.pipeline.passthrough_app", "worker", "-l", "warn"], work / "faust.log", env)
     load = c.load_average()
     with proc:
         proc.wait_log("ASSIGNED", 120)
@@ -75,8 +89,17 @@ def run_once(bootstrap: str, source: str, count: int, partitions: int) -> list[d
         out = asyncio.run(c.collect(bootstrap, names["decisions"], count, timeout=1200))
         cpu = c.cpu_seconds(proc.pid) - cpu0
     span, rate = c.span_rate([t for t, _ in out], count)
-    rows.append({"floor": "minimal Faust agent", "messages": len(out), "span_s": span, "msgs_per_s": rate,
-                 "cpu_s": cpu, "msgs_per_cpu_s": count / cpu if cpu else float("nan"), "load1": load})
+    rows.append(
+        {
+            "floor": "minimal Faust agent",
+            "messages": len(out),
+            "span_s": span,
+            "msgs_per_s": rate,
+            "cpu_s": cpu,
+            "msgs_per_cpu_s": count / cpu if cpu else float("nan"),
+            "load1": load,
+        }
+    )
     return rows
 
 
@@ -89,17 +112,25 @@ def main() -> int:
         names = c.topic_names("floor-src")
         c.create_topics(bootstrap, names, args.partitions)
         seconds = asyncio.run(c.produce_all(bootstrap, names["events"], messages))
-        print(f"published {len(messages):,} events ({sum(len(v) for _, v in messages) / 1e6:.0f} MB) "
-              f"in {seconds:.1f}s")
+        print(f"published {len(messages):,} events ({sum(len(v) for _, v in messages) / 1e6:.0f} MB) in {seconds:.1f}s")
         runs = [run_once(bootstrap, names["events"], len(messages), args.partitions) for _ in range(args.repeat)]
     rows = []
     for i, name in enumerate(("raw aiokafka relay", "minimal Faust agent")):
-        rows.append({"floor": name, "msgs_per_s": c.median([r[i]["msgs_per_s"] for r in runs]),
-                     "msgs_per_cpu_s": c.median([r[i]["msgs_per_cpu_s"] for r in runs]),
-                     "runs": len(runs)})
+        rows.append(
+            {
+                "floor": name,
+                "msgs_per_s": c.median([r[i]["msgs_per_s"] for r in runs]),
+                "msgs_per_cpu_s": c.median([r[i]["msgs_per_cpu_s"] for r in runs]),
+                "runs": len(runs),
+            }
+        )
     ratio = rows[1]["msgs_per_s"] / rows[0]["msgs_per_s"]
-    print(c.table([r for run in runs for r in run], ["floor", "messages", "span_s", "msgs_per_s", "cpu_s",
-                                                     "msgs_per_cpu_s", "load1"]))
+    print(
+        c.table(
+            [r for run in runs for r in run],
+            ["floor", "messages", "span_s", "msgs_per_s", "cpu_s", "msgs_per_cpu_s", "load1"],
+        )
+    )
     print()
     print(c.table(rows, ["floor", "msgs_per_s", "msgs_per_cpu_s", "runs"]))
     print(f"\nFaust floor / raw relay = {ratio:.1%}")

@@ -47,13 +47,17 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: float, warmup: float,
-                runs: int) -> dict:
+async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: float, warmup: float, runs: int) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="latest", fetch_max_wait_ms=100)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="latest",
+        fetch_max_wait_ms=100,
+    )
     await producer.start()
     await consumer.start()
     topic_in, topic_out = names["events"], names["decisions"]
@@ -79,8 +83,14 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         seqs[i] += 1
         seq = seqs[i]
         run = run_ids[i]
-        event = {"type": "tool_call", "run_id": run, "seq": seq, "tool_call_id": f"c{seq}", "tool_name": "read",
-                 "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000}}
+        event = {
+            "type": "tool_call",
+            "run_id": run,
+            "seq": seq,
+            "tool_call_id": f"c{seq}",
+            "tool_name": "read",
+            "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000},
+        }
         now = time.perf_counter()
         pending[(run, seq)] = (now, i, time.time())
         await producer.send(topic_in, _enc.encode(event), key=run.encode())
@@ -88,8 +98,14 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     async def result(i: int, call_seq: int) -> None:
         seqs[i] += 1
         run = run_ids[i]
-        event = {"type": "tool_result", "run_id": run, "seq": seqs[i], "tool_call_id": f"c{call_seq}",
-                 "tool_name": "read", "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]}}
+        event = {
+            "type": "tool_result",
+            "run_id": run,
+            "seq": seqs[i],
+            "tool_call_id": f"c{call_seq}",
+            "tool_name": "read",
+            "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]},
+        }
         await producer.send(topic_in, _enc.encode(event), key=run.encode())
 
     async def issuer() -> None:
@@ -139,15 +155,24 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     lat = [x for _, x in latencies]
     measured = [s for s, _ in latencies]
     window = duration
-    halves = [[x for s, x in latencies if s < warmup + window / 2], [x for s, x in latencies if s >= warmup + window / 2]]
+    halves = [
+        [x for s, x in latencies if s < warmup + window / 2],
+        [x for s, x in latencies if s >= warmup + window / 2],
+    ]
     return {
-        "offered_per_s": rate, "runs": runs,
+        "offered_per_s": rate,
+        "runs": runs,
         "achieved_per_s": len(measured) / window,
-        "deferred": state["deferred"], "unanswered": len(pending),
-        "p50_ms": pct(lat, 0.50) * 1000, "p95_ms": pct(lat, 0.95) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
+        "deferred": state["deferred"],
+        "unanswered": len(pending),
+        "p50_ms": pct(lat, 0.50) * 1000,
+        "p95_ms": pct(lat, 0.95) * 1000,
+        "p99_ms": pct(lat, 0.99) * 1000,
         "max_ms": (max(lat) if lat else float("nan")) * 1000,
-        "p50_first_half_ms": pct(halves[0], 0.5) * 1000, "p50_second_half_ms": pct(halves[1], 0.5) * 1000,
-        "to_worker_send_p50_ms": pct(inbound, 0.50) * 1000, "to_worker_send_p99_ms": pct(inbound, 0.99) * 1000,
+        "p50_first_half_ms": pct(halves[0], 0.5) * 1000,
+        "p50_second_half_ms": pct(halves[1], 0.5) * 1000,
+        "to_worker_send_p50_ms": pct(inbound, 0.50) * 1000,
+        "to_worker_send_p99_ms": pct(inbound, 0.99) * 1000,
         "generator_cpu_s": cpu,
     }
 
@@ -173,21 +198,54 @@ def main() -> int:
                 for rate in rates:
                     load = c.load_average()
                     cpu0 = c.cpu_seconds(w.pid)
-                    row = asyncio.run(drive(bootstrap, names, rate, args.duration, args.warmup,
-                                            args.runs or max(200, rate)))
+                    row = asyncio.run(
+                        drive(bootstrap, names, rate, args.duration, args.warmup, args.runs or max(200, rate))
+                    )
                     row["worker_cpu_s"] = c.cpu_seconds(w.pid) - cpu0
                     row["load1"] = load
                     rows.append(row)
-                    print(c.table([row], ["offered_per_s", "achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-                                          "to_worker_send_p50_ms", "to_worker_send_p99_ms", "deferred",
-                                          "worker_cpu_s", "load1"]), flush=True)
+                    print(
+                        c.table(
+                            [row],
+                            [
+                                "offered_per_s",
+                                "achieved_per_s",
+                                "p50_ms",
+                                "p95_ms",
+                                "p99_ms",
+                                "max_ms",
+                                "to_worker_send_p50_ms",
+                                "to_worker_send_p99_ms",
+                                "deferred",
+                                "worker_cpu_s",
+                                "load1",
+                            ],
+                        ),
+                        flush=True,
+                    )
     summary = []
     for rate in rates:
         mine = [r for r in rows if r["offered_per_s"] == rate]
-        summary.append({"offered_per_s": rate, **{k: c.median([r[k] for r in mine]) for k in
-                        ("achieved_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "p50_first_half_ms",
-                         "p50_second_half_ms", "to_worker_send_p50_ms", "to_worker_send_p99_ms")},
-                        "repeats": len(mine)})
+        summary.append(
+            {
+                "offered_per_s": rate,
+                **{
+                    k: c.median([r[k] for r in mine])
+                    for k in (
+                        "achieved_per_s",
+                        "p50_ms",
+                        "p95_ms",
+                        "p99_ms",
+                        "max_ms",
+                        "p50_first_half_ms",
+                        "p50_second_half_ms",
+                        "to_worker_send_p50_ms",
+                        "to_worker_send_p99_ms",
+                    )
+                },
+                "repeats": len(mine),
+            }
+        )
     print("\nmedians:")
     print(c.table(summary, list(summary[0])))
     c.record("latency", args, {"runs": rows, "median": summary})

@@ -28,8 +28,9 @@ app = faust.App(
     producer_linger_ms=5,
     web_enabled=False,
 )
-source = app.topic(os.environ.get("LW_SRC", "in"), key_type=bytes, value_type=bytes,
-                   key_serializer="raw", value_serializer="raw")
+source = app.topic(
+    os.environ.get("LW_SRC", "in"), key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+)
 DESTINATION = os.environ.get("LW_DST", "out")
 
 

@@ -26,8 +26,17 @@ def main() -> int:
     messages = c.fleet_messages(args.events)
     expected = c.tool_calls(messages)
     rows = []
-    cols = ["workers", "events", "verdicts", "span_s", "events_per_s", "raw_relay_per_s", "ratio_to_raw",
-            "events_per_cpu_s", "load1"]
+    cols = [
+        "workers",
+        "events",
+        "verdicts",
+        "span_s",
+        "events_per_s",
+        "raw_relay_per_s",
+        "ratio_to_raw",
+        "events_per_cpu_s",
+        "load1",
+    ]
     with c.broker(args.bootstrap) as bootstrap:
         for _ in range(args.repeat):
             for n in (1, 2):

@@ -36,12 +36,22 @@ def trace(runs: int, calls: int) -> list[tuple[bytes, bytes]]:
     for k in range(calls):
         for i in range(runs):
             run = f"st-{i:07d}"
-            call = {"type": "tool_call", "run_id": run, "seq": 2 * k + 1, "tool_call_id": f"call_{i:07d}_{k}",
-                    "tool_name": ("read", "exec", "web_fetch", "edit")[k % 4],
-                    "args": {"path": f"src/pkg{i % 211}/module{k}.py", "offset": k * 10, "limit": 2000}}
-            result = {"type": "tool_result", "run_id": run, "seq": 2 * k + 2, "tool_call_id": call["tool_call_id"],
-                      "tool_name": call["tool_name"],
-                      "result": {"content": [{"type": "text", "text": f"contents of module {k} of run {i} " * 4}]}}
+            call = {
+                "type": "tool_call",
+                "run_id": run,
+                "seq": 2 * k + 1,
+                "tool_call_id": f"call_{i:07d}_{k}",
+                "tool_name": ("read", "exec", "web_fetch", "edit")[k % 4],
+                "args": {"path": f"src/pkg{i % 211}/module{k}.py", "offset": k * 10, "limit": 2000},
+            }
+            result = {
+                "type": "tool_result",
+                "run_id": run,
+                "seq": 2 * k + 2,
+                "tool_call_id": call["tool_call_id"],
+                "tool_name": call["tool_name"],
+                "result": {"content": [{"type": "text", "text": f"contents of module {k} of run {i} " * 4}]},
+            }
             out.append((run.encode(), enc.encode(call)))
             out.append((run.encode(), enc.encode(result)))
     return out
@@ -116,17 +126,26 @@ def main() -> int:
             compact(data)
             disk3 = c.dir_bytes(data)
             span, rate = c.span_rate([t for t, _ in out], len(messages))
-            rows.append({
-                "runs": args.runs, "calls_per_run": args.calls, "verdicts": len(out), "events_per_s": rate,
-                "rss_idle_mb": rss0 / 1e6, "rss_after_mb": rss1 / 1e6,
-                "rss_per_100k_runs_mb": (rss1 - rss0) * per / 1e6,
-                "rss_restarted_mb": rss2 / 1e6, "rss_restarted_per_100k_runs_mb": (rss2 - rss0) * per / 1e6,
-                "rocksdb_running_mb": (disk1 - disk0) / 1e6, "rocksdb_stopped_mb": disk2 / 1e6,
-                "disk_per_run_bytes_running": (disk1 - disk0) / args.runs,
-                "disk_per_run_bytes_stopped": disk2 / args.runs,
-                "rocksdb_compacted_mb": disk3 / 1e6, "disk_per_run_bytes_compacted": disk3 / args.runs,
-                "encoded_state_per_run_bytes": encoded / runs,
-            })
+            rows.append(
+                {
+                    "runs": args.runs,
+                    "calls_per_run": args.calls,
+                    "verdicts": len(out),
+                    "events_per_s": rate,
+                    "rss_idle_mb": rss0 / 1e6,
+                    "rss_after_mb": rss1 / 1e6,
+                    "rss_per_100k_runs_mb": (rss1 - rss0) * per / 1e6,
+                    "rss_restarted_mb": rss2 / 1e6,
+                    "rss_restarted_per_100k_runs_mb": (rss2 - rss0) * per / 1e6,
+                    "rocksdb_running_mb": (disk1 - disk0) / 1e6,
+                    "rocksdb_stopped_mb": disk2 / 1e6,
+                    "disk_per_run_bytes_running": (disk1 - disk0) / args.runs,
+                    "disk_per_run_bytes_stopped": disk2 / args.runs,
+                    "rocksdb_compacted_mb": disk3 / 1e6,
+                    "disk_per_run_bytes_compacted": disk3 / args.runs,
+                    "encoded_state_per_run_bytes": encoded / runs,
+                }
+            )
             print(c.table(rows[-1:], list(rows[-1])), flush=True)
     summary = {k: c.median([r[k] for r in rows]) for k in rows[0] if isinstance(rows[0][k], float)}
     print("\nmedians:")

@@ -35,8 +35,9 @@ def run_once(bootstrap: str, messages, expected: int, args) -> dict:  # type: ig
         out = asyncio.run(c.collect(bootstrap, floor["decisions"], len(messages), timeout=600))
         result["raw_relay_per_s"] = c.span_rate([t for t, _ in out], len(messages))[1]
     work = c.workdir("tput")
-    workers = [c.worker(bootstrap, names, work, f"w{i}", args.partitions, args.worker_args)
-               for i in range(args.workers)]
+    workers = [
+        c.worker(bootstrap, names, work, f"w{i}", args.partitions, args.worker_args) for i in range(args.workers)
+    ]
     load = c.load_average()
     try:
         for w in workers:
@@ -53,12 +54,22 @@ def run_once(bootstrap: str, messages, expected: int, args) -> dict:  # type: ig
         for w in workers:
             w.stop()
     span, rate = c.span_rate([t for t, _ in out], len(messages))
-    result.update({
-        "workers": args.workers, "events": len(messages), "verdicts": len(out), "expected_verdicts": expected,
-        "span_s": span, "events_per_s": rate, "verdicts_per_s": len(out) / span if span == span else span,
-        "cpu_s": cpu, "events_per_cpu_s": len(messages) / cpu if cpu else float("nan"),
-        "wall_after_assign_s": wall, "rss_mb": [r / 1e6 for r in rss], "load1": load,
-    })
+    result.update(
+        {
+            "workers": args.workers,
+            "events": len(messages),
+            "verdicts": len(out),
+            "expected_verdicts": expected,
+            "span_s": span,
+            "events_per_s": rate,
+            "verdicts_per_s": len(out) / span if span == span else span,
+            "cpu_s": cpu,
+            "events_per_cpu_s": len(messages) / cpu if cpu else float("nan"),
+            "wall_after_assign_s": wall,
+            "rss_mb": [r / 1e6 for r in rss],
+            "load1": load,
+        }
+    )
     if "raw_relay_per_s" in result:
         result["ratio_to_raw"] = rate / result["raw_relay_per_s"]
     return result
@@ -78,17 +89,38 @@ def main() -> int:
     with c.broker(args.bootstrap) as bootstrap:
         for _ in range(args.repeat):
             rows.append(run_once(bootstrap, messages, expected, args))
-            print(c.table(rows[-1:], ["workers", "events", "verdicts", "span_s", "events_per_s", "verdicts_per_s",
-                                      "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s", "load1"]), flush=True)
-    summary = {k: c.median([r[k] for r in rows if k in r])
-               for k in ("events_per_s", "verdicts_per_s", "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s")}
+            print(
+                c.table(
+                    rows[-1:],
+                    [
+                        "workers",
+                        "events",
+                        "verdicts",
+                        "span_s",
+                        "events_per_s",
+                        "verdicts_per_s",
+                        "raw_relay_per_s",
+                        "ratio_to_raw",
+                        "events_per_cpu_s",
+                        "load1",
+                    ],
+                ),
+                flush=True,
+            )
+    summary = {
+        k: c.median([r[k] for r in rows if k in r])
+        for k in ("events_per_s", "verdicts_per_s", "raw_relay_per_s", "ratio_to_raw", "events_per_cpu_s")
+    }
     print("\nmedian of", len(rows), "run(s):")
     print(c.table([summary], list(summary)))
     ok = all(r["verdicts"] >= expected for r in rows)
     if not ok:
         print(f"WARNING: fewer verdicts than tool calls ({expected})")
-    c.record("throughput" if args.workers == 1 else f"throughput-{args.workers}w", args,
-             {"runs": rows, "median": summary, "complete": ok})
+    c.record(
+        "throughput" if args.workers == 1 else f"throughput-{args.workers}w",
+        args,
+        {"runs": rows, "median": summary, "complete": ok},
+    )
     return 0 if ok else 1
 
 

@@ -5,11 +5,11 @@ A gateway embeds one `GuardClient` per process::
     client = GuardClient("kafka:9092", policy="fail_open", timeout=2.0)
     client.start()
     call = client.tool_call(run_id, "exec", {"command": "make test"}, agent_id="builder")
-    verdict = client.check(call)            # waits for loopwarden's answer
-    if verdict.allowed:                     # allow or warn (show verdict.message on warn)
+    verdict = client.check(call)  # waits for loopwarden's answer
+    if verdict.allowed:  # allow or warn (show verdict.message on warn)
         result = run_the_tool(...)
         client.tool_result(call, result=result)
-    else:                                   # block or abort: do not run the tool
+    else:  # block or abort: do not run the tool
         ...
     client.run_end(run_id)
     client.close()
@@ -278,7 +278,9 @@ class GuardClient:
         if not self._ready.wait(self.start_timeout):
             log.warning(
                 "loopwarden: decision reader not ready after %.1fs (topic %s); checks follow %s until it is",
-                self.start_timeout, self.decisions_topic, self.policy,
+                self.start_timeout,
+                self.decisions_topic,
+                self.policy,
             )
         return self
 
@@ -360,9 +362,7 @@ class GuardClient:
             self._publish_failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}")
             return
         self.stats["published"] += 1
-        future.add_errback(
-            lambda exc: self._publish_failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}")
-        )
+        future.add_errback(lambda exc: self._publish_failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}"))
 
     def _publish_failed(self, run_id: str, seq: int, waiter: _Waiter | None, error: str) -> None:
         self.stats["publish_failed"] += 1
@@ -520,9 +520,8 @@ class GuardClient:
             why = f"no verdict within {limit:g}s"
         else:
             why = reason
-        message = (
-            f"loopwarden unavailable ({why}); policy {policy}: the call was {what}."
-            + ("" if policy == "fail_open" else " Retry later or ask an operator to check the loop guard.")
+        message = f"loopwarden unavailable ({why}); policy {policy}: the call was {what}." + (
+            "" if policy == "fail_open" else " Retry later or ask an operator to check the loop guard."
         )
         log.warning("loopwarden: run=%s seq=%s tool=%s: %s", call.run_id, call.seq, call.tool_name, message)
         return ClientVerdict(

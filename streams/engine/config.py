@@ -36,9 +36,18 @@ class Resolved(NamedTuple):
     """Corrections the runtime made (threshold reordering), for the start-up log."""
 
 
-_POSITIVE = ("historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold", "globalCircuitBreakerThreshold")
+_POSITIVE = (
+    "historySize",
+    "warningThreshold",
+    "criticalThreshold",
+    "unknownToolThreshold",
+    "globalCircuitBreakerThreshold",
+)
 _SUB_BLOCKS: dict[str, tuple[type[msgspec.Struct], dict[str, str]]] = {
-    "detectors": (DetectorsBlock, {"genericRepeat": "bool", "knownPollNoProgress": "bool", "pingPong": "bool", "argumentChurn": "bool"}),
+    "detectors": (
+        DetectorsBlock,
+        {"genericRepeat": "bool", "knownPollNoProgress": "bool", "pingPong": "bool", "argumentChurn": "bool"},
+    ),
     "postCompactionGuard": (PostCompactionGuardBlock, {"windowSize": "int"}),
 }
 _TOP_FIELDS = {"enabled": "bool", **{name: "int" for name in _POSITIVE}}
@@ -113,7 +122,9 @@ def resolve(block: LoopDetectionBlock, where: str, notes: list[str]) -> LoopDete
     critical = pick(block.criticalThreshold, default.critical_threshold)
     breaker = pick(block.globalCircuitBreakerThreshold, default.global_circuit_breaker_threshold)
     if critical <= warning:
-        notes.append(f"{where}.criticalThreshold: {critical} is not above warningThreshold {warning}; using {warning + 1}")
+        notes.append(
+            f"{where}.criticalThreshold: {critical} is not above warningThreshold {warning}; using {warning + 1}"
+        )
         critical = warning + 1
     if breaker <= critical:
         notes.append(

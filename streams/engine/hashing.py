@@ -29,11 +29,26 @@ SEND_ACTIONS = frozenset(
 )
 VOLATILE_SEND_KEYS = frozenset(
     {
-        "messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds",
-        "fileId", "file_id", "fileKey", "pollId", "poll_id", "receipt", "runId",
-        "idempotencyKey", "ts", "timestamp", "sentAt", "deliveredAt", "createdAt",
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
     }
-)  # fmt: skip
+)
 
 # JavaScript's String#trim set, which is also its regular expressions' \s;
 # Python's str.strip and \s also take \x1c-\x1f and \x85, and \s lacks \ufeff.
@@ -223,7 +238,9 @@ _WORD = "A-Za-z0-9_\u017f\u212a"
 _START, _END = f"(?<![{_WORD}])", f"(?![{_WORD}])"  # \\b before a word character, after one
 _S = "[s\u017f]"
 _CLOCK = (
-    re.compile("[0-9]{4}-[0-9]{2}-[0-9]{2}[t ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?(?:z|[+-][0-9]{2}:[0-9]{2})?", re.I),
+    re.compile(
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}[t ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?(?:z|[+-][0-9]{2}:[0-9]{2})?", re.I
+    ),
     re.compile("[0-9]{1,2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?"),
 )
 _ATTEMPT = re.compile(f"{_START}(?:attempt|retry){_END}[{_JS_SPACE}#:=]*[0-9]+", re.I)

@@ -267,7 +267,9 @@ class FaustOwnership(Ownership):
 
     def owned(self) -> Iterable[TopicPartition]:
         topic = self.topic
-        return [TopicPartition(tp.topic, tp.partition) for tp in self.app.assignor.assigned_actives() if tp.topic == topic]
+        return [
+            TopicPartition(tp.topic, tp.partition) for tp in self.app.assignor.assigned_actives() if tp.topic == topic
+        ]
 
     def highwater(self, tp: TopicPartition) -> int | None:
         from faust.types import TP

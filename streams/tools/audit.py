@@ -386,9 +386,7 @@ def run_audit(
         # Decisions: same period, from a margin before the start point to the
         # end, then up to `wait` seconds more for verdicts still missing.
         published = Published()
-        d_starts = start_offsets(
-            consumer, decision_tps, None if since_ms is None else since_ms - SKEW_MARGIN_MS
-        )
+        d_starts = start_offsets(consumer, decision_tps, None if since_ms is None else since_ms - SKEW_MARGIN_MS)
         in_scope = _scope(recomputed, since_ms is None and len(whole) == len(event_tps))
 
         def take(records: Iterable[Record]) -> None:
@@ -498,7 +496,9 @@ def format_report(report: AuditReport, *, list_mismatches: bool = True, max_part
             else:
                 variants = " | ".join(_short(v) for v in m.published)
                 assert m.recomputed is not None
-                lines.append(f"{head} {len(m.published)} different verdicts published ({variants}); recomputed {_short(m.recomputed)}")
+                lines.append(
+                    f"{head} {len(m.published)} different verdicts published ({variants}); recomputed {_short(m.recomputed)}"
+                )
     if report.ok:
         lines.append(f"OK: all {len(r.expected)} recomputed verdicts match what was published")
         return "\n".join(lines) + "\n"

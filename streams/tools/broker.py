@@ -143,8 +143,14 @@ def install(cache_dir: Path | None = None) -> Path:
         staging = home / "lib.partial"
         shutil.rmtree(staging, ignore_errors=True)
         cmd = [
-            mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM),
-            "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
+            mvn,
+            "-q",
+            "-B",
+            "-Dstyle.color=never",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
         ]
         log.info("installing Kafka %s jars into %s", kafka_version(), lib)
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -437,12 +443,10 @@ class LocalBroker:
             # The error already carries the log tail; a temp dir goes away.
             self.stop(timeout=5.0)
             raise
-        log.info("Kafka ready at %s in %.1fs (pid %s)", self.bootstrap,
-                 time.monotonic() - started, self.pid)
+        log.info("Kafka ready at %s in %.1fs (pid %s)", self.bootstrap, time.monotonic() - started, self.pid)
         return self
 
-    def stop(self, timeout: float = 20.0, *, remove_data: bool | None = None,
-             kill: bool = False) -> None:
+    def stop(self, timeout: float = 20.0, *, remove_data: bool | None = None, kill: bool = False) -> None:
         """Stop the JVM: SIGTERM, then SIGKILL after ``timeout`` s.
 
         ``kill=True`` sends SIGKILL at once (a crash, for fault tests).
@@ -484,13 +488,15 @@ class LocalBroker:
     def __enter__(self) -> LocalBroker:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None,
-                 exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
-        return (f"LocalBroker(bootstrap={self.port and self.bootstrap!r}, "
-                f"pid={self.pid}, data_dir={str(self.data_dir)!r})")
+        return (
+            f"LocalBroker(bootstrap={self.port and self.bootstrap!r}, pid={self.pid}, data_dir={str(self.data_dir)!r})"
+        )
 
     # -- internals ---------------------------------------------------------
 
@@ -543,19 +549,26 @@ class LocalBroker:
             text += "\n# Overrides given to LocalBroker(properties=...)\n"
             text += "".join(f"{k}={v}\n" for k, v in self.properties.items())
         (data / SERVER_PROPERTIES).write_text(text)
-        (data / LOG4J_PROPERTIES).write_text(
-            _LOG4J_TEMPLATE.format(log=data / LOG_DIR / SERVER_LOG))
+        (data / LOG4J_PROPERTIES).write_text(_LOG4J_TEMPLATE.format(log=data / LOG_DIR / SERVER_LOG))
 
     def _format(self, lib: Path) -> None:
         """Write meta.properties and the bootstrap metadata (KRaft needs it)."""
         data = self._dir
-        cmd = [*self._java_cmd(lib), STORAGE_TOOL, "format",
-               "-t", _new_cluster_id(), "-c", str(data / SERVER_PROPERTIES)]
+        cmd = [
+            *self._java_cmd(lib),
+            STORAGE_TOOL,
+            "format",
+            "-t",
+            _new_cluster_id(),
+            "-c",
+            str(data / SERVER_PROPERTIES),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=data)
         if proc.returncode != 0:
             raise BrokerError(
                 f"formatting {data / KRAFT_DIR} failed ({proc.returncode}):\n"
-                f"{(proc.stdout + proc.stderr).strip()[-4000:]}")
+                f"{(proc.stdout + proc.stderr).strip()[-4000:]}"
+            )
 
     def _wait_ready(self, started: float) -> None:
         assert self._proc is not None
@@ -564,19 +577,21 @@ class LocalBroker:
             code = self._proc.poll()
             if code is not None:
                 raise BrokerError(self._failure(f"Kafka JVM exited with code {code}"))
-            if _port_open("127.0.0.1", self.port or 0, 0.5) and \
-                    self.node_id in _serving_brokers(self.bootstrap, 2.0):
+            if _port_open("127.0.0.1", self.port or 0, 0.5) and self.node_id in _serving_brokers(self.bootstrap, 2.0):
                 return
             if time.monotonic() >= deadline:
-                raise BrokerError(self._failure(
-                    f"Kafka not serving on {self.bootstrap} after {self.startup_timeout:g}s"))
+                raise BrokerError(
+                    self._failure(f"Kafka not serving on {self.bootstrap} after {self.startup_timeout:g}s")
+                )
             time.sleep(0.1)
 
     def _failure(self, what: str) -> str:
         data = self._dir
-        return (f"{what}\n--- {self.log_file} (tail) ---\n{_tail(self.log_file)}"
-                f"\n--- {data / LOG_DIR / JVM_OUT} (tail) ---\n"
-                f"{_tail(data / LOG_DIR / JVM_OUT, 15)}")
+        return (
+            f"{what}\n--- {self.log_file} (tail) ---\n{_tail(self.log_file)}"
+            f"\n--- {data / LOG_DIR / JVM_OUT} (tail) ---\n"
+            f"{_tail(data / LOG_DIR / JVM_OUT, 15)}"
+        )
 
 
 # --------------------------------------------------------------------------
@@ -612,8 +627,9 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     p_start.add_argument("--port", type=int, help="default: a free port")
     p_start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
     p_start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
-    p_start.add_argument("--full-jit", action="store_true",
-                         help="use the optimizing JIT too: slower start, faster peak (benchmarks)")
+    p_start.add_argument(
+        "--full-jit", action="store_true", help="use the optimizing JIT too: slower start, faster peak (benchmarks)"
+    )
     p_stop = sub.add_parser("stop", help="stop the broker of a data dir")
     p_stop.add_argument("--data-dir", type=Path, required=True)
     p_stop.add_argument("--timeout", type=float, default=20.0, help="seconds before SIGKILL")
@@ -634,8 +650,9 @@ def run_broker_command(args: argparse.Namespace) -> int:
         if args.broker_command == "start":
             for pid in _running_pids(data_dir):
                 raise BrokerError(f"a broker already runs on {data_dir} (pid {pid})")
-            broker = LocalBroker(args.port, data_dir, startup_timeout=args.timeout,
-                                 heap=args.heap, quick_jit=not args.full_jit)
+            broker = LocalBroker(
+                args.port, data_dir, startup_timeout=args.timeout, heap=args.heap, quick_jit=not args.full_jit
+            )
             broker.start()
             broker.detach()
             print(broker.bootstrap)
@@ -649,8 +666,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
                 shutil.rmtree(data_dir, ignore_errors=True)
             return 0
         # status
-        bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() \
-            if (data_dir / BOOTSTRAP_FILE).exists() else ""
+        bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() if (data_dir / BOOTSTRAP_FILE).exists() else ""
         if any(_running_pids(data_dir)) and is_reachable(bootstrap, 3.0):
             print(bootstrap)
             return 0
@@ -659,4 +675,3 @@ def run_broker_command(args: argparse.Namespace) -> int:
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-

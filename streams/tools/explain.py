@@ -182,10 +182,12 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
                 step.note = "run already aborted: result ignored"
             elif facts is not None and facts.outcome_kind == "veto":
                 step.note = (
-                    "veto result for a call already vetoed (blocked here): changes nothing" if vetoed else
-                    "veto result: its call is recorded as a veto record" if record is not None else
-                    "veto result with no open call: appended as a veto record"
-                )  # fmt: skip
+                    "veto result for a call already vetoed (blocked here): changes nothing"
+                    if vetoed
+                    else "veto result: its call is recorded as a veto record"
+                    if record is not None
+                    else "veto result with no open call: appended as a veto record"
+                )
             elif step.result_hash is None:
                 step.note = "no result hash (no outcome): not progress"
             elif record is None:
@@ -204,9 +206,10 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             step.note = f"duplicate: seq {event.seq} is not above {current.last_seq}; ignored"
         elif isinstance(event, Compaction):
             step.note = (
-                f"post-compaction guard armed for {outcome.armed} attempts" if outcome.armed else
-                ("run already aborted" if state.aborted is not None else "guard disabled (enabled: false)")
-            )  # fmt: skip
+                f"post-compaction guard armed for {outcome.armed} attempts"
+                if outcome.armed
+                else ("run already aborted" if state.aborted is not None else "guard disabled (enabled: false)")
+            )
         elif isinstance(event, RunEnd):
             step.note = "run ended: history and guard freed"
         step.verdict = outcome.verdicts[0] if outcome.verdicts else None
@@ -386,9 +389,7 @@ def format_timeline(
     aborted = any(s.verdict and s.verdict.decision == "abort" for s in steps)
     calls = sum(1 for s in steps if s.type == "tool_call")
     lines.append("")
-    lines.append(
-        f"summary: {calls} calls, {warned} warned, {blocked} blocked" + (", run ABORTED" if aborted else "")
-    )
+    lines.append(f"summary: {calls} calls, {warned} warned, {blocked} blocked" + (", run ABORTED" if aborted else ""))
     if show_published:
         with_verdict = [s for s in steps if s.verdict is not None]
         same = sum(1 for s in with_verdict if s.published and len(s.published) == 1 and s.published[0] == s.verdict)

@@ -96,9 +96,10 @@ def produce(
     return report
 
 
-def produce_file(path: str, bootstrap: str, topic: str, *, raw: bool = False, err: TextIO = sys.stderr) -> ProduceReport:
+def produce_file(
+    path: str, bootstrap: str, topic: str, *, raw: bool = False, err: TextIO = sys.stderr
+) -> ProduceReport:
     if path == "-":
         return produce(sys.stdin.buffer, bootstrap, topic, raw=raw, err=err)
     with open(path, "rb") as lines:
         return produce(lines, bootstrap, topic, raw=raw, err=err)
-

@@ -142,7 +142,9 @@ def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], t
         for tp in assignment:
             consumer.position(tp)
         report = produce(lines, settings.bootstrap, settings.topics.events, raw=True)
-        _say(f"published {report.sent} events of {trace} (run ids tagged @{stamp}); waiting for {len(expected)} verdicts")
+        _say(
+            f"published {report.sent} events of {trace} (run ids tagged @{stamp}); waiting for {len(expected)} verdicts"
+        )
         seen: set[tuple[str, int]] = set()
         decisions: Counter[str] = Counter()
         deadline = time.monotonic() + timeout

@@ -155,6 +155,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
         await processor.run()
 
     app.task(process, traced=False)
+
     # Timer functions take no argument: Faust passes the app to one that does.
     async def sweep() -> None:
         await processor.sweep()
@@ -173,9 +174,13 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
     async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:
         mine = sorted(tp.partition for tp in app.assignor.assigned_actives() if tp.topic == settings.topics.events)
         logs.event(
-            log, logging.INFO, "partitions assigned", event="assigned",
-            topic=settings.topics.events, partitions=",".join(map(str, mine)) or "none",
-        )  # fmt: skip
+            log,
+            logging.INFO,
+            "partitions assigned",
+            event="assigned",
+            topic=settings.topics.events,
+            partitions=",".join(map(str, mine)) or "none",
+        )
 
     return app, processor
 
@@ -218,9 +223,12 @@ class Worker(FaustWorker):
 
     def _stop_overdue(self) -> None:
         logs.event(
-            log, logging.ERROR, f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
-            event="stop_overdue", stop_timeout=self.stop_timeout,
-        )  # fmt: skip
+            log,
+            logging.ERROR,
+            f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
+            event="stop_overdue",
+            stop_timeout=self.stop_timeout,
+        )
         logging.shutdown()
         os._exit(1)
 
@@ -231,9 +239,12 @@ class Worker(FaustWorker):
             if not self.stopped_by_signal:
                 raise
             logs.event(
-                log, logging.WARNING, "start-up stopped by a signal", event="startup_interrupted",
+                log,
+                logging.WARNING,
+                "start-up stopped by a signal",
+                event="startup_interrupted",
                 error=f"{type(exc).__name__}: {exc}"[:300],
-            )  # fmt: skip
+            )
 
 
 def run_worker(settings: Settings) -> int:
@@ -255,9 +266,13 @@ def run_worker(settings: Settings) -> int:
             for state in states:
                 if state.created:
                     logs.event(
-                        log, logging.INFO, "topic created", event="topic_created",
-                        topic=state.name, partitions=state.partitions,
-                    )  # fmt: skip
+                        log,
+                        logging.INFO,
+                        "topic created",
+                        event="topic_created",
+                        topic=state.name,
+                        partitions=state.partitions,
+                    )
             partitions = states[0].partitions
         else:
             found = describe_partitions(settings.bootstrap, [settings.topics.events])
@@ -270,10 +285,11 @@ def run_worker(settings: Settings) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(
-            log, logging.WARNING,
+            log,
+            logging.WARNING,
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
-        )  # fmt: skip
+        )
     app, _processor = create_app(settings, resolved.config, partitions)
     logs.event(
         log,

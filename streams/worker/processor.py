@@ -200,8 +200,13 @@ class Processor:
         """A verdict too large for one message, with its long strings cut."""
         self.metrics.verdicts_shrunk.inc()
         logs.event(
-            log, logging.ERROR, "verdict too large; long fields shortened",
-            event="verdict_shrunk", run_id=verdict.run_id[:200], seq=verdict.seq, size=size,
+            log,
+            logging.ERROR,
+            "verdict too large; long fields shortened",
+            event="verdict_shrunk",
+            run_id=verdict.run_id[:200],
+            seq=verdict.seq,
+            size=size,
         )
         changes = {}
         for name in ("run_id", "tool_call_id", "tool_name", "message", "warning_key", "paired_tool_name"):
@@ -249,9 +254,14 @@ class Processor:
         except Exception as exc:
             self.metrics.deadletter_failed.inc()
             logs.event(
-                log, logging.ERROR, "cannot dead-letter an event; it stays only in its source topic",
-                event="deadletter_failed", topic=message.topic, partition=message.partition,
-                offset=message.offset, error=f"{type(exc).__name__}: {exc}"[:300],
+                log,
+                logging.ERROR,
+                "cannot dead-letter an event; it stays only in its source topic",
+                event="deadletter_failed",
+                topic=message.topic,
+                partition=message.partition,
+                offset=message.offset,
+                error=f"{type(exc).__name__}: {exc}"[:300],
             )
             return _done()
 

@@ -195,7 +195,9 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         help=f"warm copies of each table partition kept by other workers (default {DEFAULTS.standby_replicas})",
     )
     _duration_option(parser, "--ttl", "ttl", "expire runs idle this long", "; e.g. 30m, 2h")
-    parser.add_argument("--sweep-interval", type=duration, help="how often to expire idle runs (default TTL/10, 1s-60s)")
+    parser.add_argument(
+        "--sweep-interval", type=duration, help="how often to expire idle runs (default TTL/10, 1s-60s)"
+    )
     parser.add_argument(
         "--processing-guarantee",
         choices=(AT_LEAST_ONCE, EXACTLY_ONCE),
@@ -210,7 +212,9 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         help=f"max events finished together (default {DEFAULTS.batch_size})",
     )
     _duration_option(
-        parser, "--flush-interval", "flush_interval",
+        parser,
+        "--flush-interval",
+        "flush_interval",
         "how long a batch gathers events before the states it left are stored; "
         "a run touched many times meanwhile is stored once",
     )
@@ -237,15 +241,17 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     _duration_option(parser, "--commit-interval", "commit_interval", "offset commit interval")
     _duration_option(parser, "--recovery-delay", "recovery_delay", "wait after a rebalance before table recovery")
     _duration_option(
-        parser, "--stop-timeout", "stop_timeout",
+        parser,
+        "--stop-timeout",
+        "stop_timeout",
         "after SIGTERM or SIGINT, exit (status 1) if the stop has not finished by then, as a SIGKILL would: "
         "nothing acknowledged is lost; below the supervisor's grace period",
     )
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
+    parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
     parser.add_argument(
-        "--no-create-topics", action="store_true", help="do not create missing topics at start-up"
+        "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
     )
-    parser.add_argument("--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)")
     parser.add_argument(
         "-l", "--loglevel", default=DEFAULTS.loglevel, help=f"debug, info, warning, error (default {DEFAULTS.loglevel})"
     )
@@ -262,7 +268,9 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
 def _duration_option(parser: argparse.ArgumentParser, flag: str, name: str, text: str, example: str = "") -> None:
     """An option taking a duration, its default the Settings field `name`."""
     default = getattr(DEFAULTS, name)
-    parser.add_argument(flag, type=duration, default=default, help=f"{text} (default {format_duration(default)}{example})")
+    parser.add_argument(
+        flag, type=duration, default=default, help=f"{text} (default {format_duration(default)}{example})"
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -300,31 +308,56 @@ def worker_argv(settings: Settings) -> list[str]:
     worker started as a subprocess, e.g. by ``loopwarden up``)."""
     topics = settings.topics
     argv = [
-        "--bootstrap", settings.bootstrap,
-        "--app-id", settings.app_id,
-        "--events-topic", topics.events,
-        "--decisions-topic", topics.decisions,
-        "--deadletter-topic", topics.deadletter,
-        "--partitions", str(topics.partitions),
-        "--replication-factor", str(topics.replication_factor),
-        "--data-dir", str(settings.data_dir),
-        "--standby-replicas", str(settings.standby_replicas),
-        "--ttl", format_duration(settings.ttl),
-        "--processing-guarantee", settings.processing_guarantee,
-        "--batch-size", str(settings.batch_size),
-        "--flush-interval", format_duration(settings.flush_interval),
-        "--max-in-flight", str(settings.max_in_flight),
-        "--linger", f"{settings.linger_ms}ms",
-        "--max-event-bytes", str(settings.max_event_bytes),
-        "--session-timeout", format_duration(settings.session_timeout),
-        "--heartbeat-interval", format_duration(settings.heartbeat_interval),
-        "--commit-interval", format_duration(settings.commit_interval),
-        "--recovery-delay", format_duration(settings.recovery_delay),
-        "--stop-timeout", format_duration(settings.stop_timeout),
-        "--stats-interval", format_duration(settings.stats_interval),
-        "--loglevel", settings.loglevel,
-        "--log-format", settings.log_format,
-        "--faust-loglevel", settings.faust_loglevel,
+        "--bootstrap",
+        settings.bootstrap,
+        "--app-id",
+        settings.app_id,
+        "--events-topic",
+        topics.events,
+        "--decisions-topic",
+        topics.decisions,
+        "--deadletter-topic",
+        topics.deadletter,
+        "--partitions",
+        str(topics.partitions),
+        "--replication-factor",
+        str(topics.replication_factor),
+        "--data-dir",
+        str(settings.data_dir),
+        "--standby-replicas",
+        str(settings.standby_replicas),
+        "--ttl",
+        format_duration(settings.ttl),
+        "--processing-guarantee",
+        settings.processing_guarantee,
+        "--batch-size",
+        str(settings.batch_size),
+        "--flush-interval",
+        format_duration(settings.flush_interval),
+        "--max-in-flight",
+        str(settings.max_in_flight),
+        "--linger",
+        f"{settings.linger_ms}ms",
+        "--max-event-bytes",
+        str(settings.max_event_bytes),
+        "--session-timeout",
+        format_duration(settings.session_timeout),
+        "--heartbeat-interval",
+        format_duration(settings.heartbeat_interval),
+        "--commit-interval",
+        format_duration(settings.commit_interval),
+        "--recovery-delay",
+        format_duration(settings.recovery_delay),
+        "--stop-timeout",
+        format_duration(settings.stop_timeout),
+        "--stats-interval",
+        format_duration(settings.stats_interval),
+        "--loglevel",
+        settings.loglevel,
+        "--log-format",
+        settings.log_format,
+        "--faust-loglevel",
+        settings.faust_loglevel,
     ]
     if topics.decisions_partitions:
         argv += ["--decisions-partitions", str(topics.decisions_partitions)]

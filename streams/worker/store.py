@@ -46,7 +46,6 @@ Slot = tuple[int, bytes]
 """(partition, run key): where a run's state lives."""
 
 
-
 class RunStore(RocksDBStore):
     """Faust's RocksDB store, read and written by partition.
 
@@ -141,8 +140,12 @@ class RunStates:
             # stop every run of the partition behind it.
             self.metrics.states_unreadable.inc()
             logs.event(
-                log, logging.ERROR, "stored run state unreadable; starting the run afresh",
-                event="state_unreadable", run_id=key.decode("utf-8", "replace")[:200], error=str(exc)[:200],
+                log,
+                logging.ERROR,
+                "stored run state unreadable; starting the run afresh",
+                event="state_unreadable",
+                run_id=key.decode("utf-8", "replace")[:200],
+                error=str(exc)[:200],
             )
             return StoredRun(0.0, RunState())
 
@@ -170,8 +173,12 @@ class RunStates:
             problem = f"{type(exc).__name__}: {exc}"
         self.metrics.states_reset.inc()
         logs.event(
-            log, logging.ERROR, "run state cannot be stored; keeping only its last seq",
-            event="state_reset", run_id=key.decode("utf-8", "replace")[:200], problem=problem,
+            log,
+            logging.ERROR,
+            "run state cannot be stored; keeping only its last seq",
+            event="state_reset",
+            run_id=key.decode("utf-8", "replace")[:200],
+            problem=problem,
         )
         stored.state = RunState(last_seq=stored.state.last_seq)
         return encode_stored(stored)

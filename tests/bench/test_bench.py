@@ -38,7 +38,10 @@ def test_goals_are_scaled_by_the_baseline_pass_beside_each_pass(record: dict, va
     base = [EVENTS / c for c in entries["msgspec"]["cpu_seconds"]]
     for stage in ("apply", "decode+apply", "replay"):
         entry = entries[stage]
-        ratios = [(EVENTS / c) * engine_bench.BASELINE_AT_GOALS / (goal * b) for c, b in zip(entry["cpu_seconds"], base, strict=True)]
+        ratios = [
+            (EVENTS / c) * engine_bench.BASELINE_AT_GOALS / (goal * b)
+            for c, b in zip(entry["cpu_seconds"], base, strict=True)
+        ]
         assert entry["scaled_goal_ratio"] == pytest.approx(statistics.median(ratios))
         assert entry["scaled_goal"] == pytest.approx(goal * statistics.median(base) / engine_bench.BASELINE_AT_GOALS)
     assert "scaled_goal" not in entries["decode"]

@@ -77,24 +77,38 @@ def scripted_run(client: GuardClient, run_id: str, agent_id: str | None = None) 
 
     # floats and key order must hash the same locally and in the worker
     for i in range(2):
-        step("search", {"q": "kafka", "limit": 10.0, "w": {"b": 1.5, "a": [1.0, 2]}},
-             {"content": [{"type": "text", "text": f"page {i}"}], "details": {"score": 0.5}})
+        step(
+            "search",
+            {"q": "kafka", "limit": 10.0, "w": {"b": 1.5, "a": [1.0, 2]}},
+            {"content": [{"type": "text", "text": f"page {i}"}], "details": {"score": 0.5}},
+        )
     # a poll that never progresses
     for _ in range(6):
-        step("process", {"action": "poll", "sessionId": "s1"},
-             {"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "pid": 7}})
+        step(
+            "process",
+            {"action": "poll", "sessionId": "s1"},
+            {"content": [{"type": "text", "text": "still running"}], "details": {"status": "running", "pid": 7}},
+        )
     # sends whose only change is a fresh message id
     for i in range(4):
-        step("message", {"action": "send", "to": "ops", "text": "deploy?"},
-             {"details": {"ok": True, "messageId": f"m{i}", "ts": 1000.5 + i}})
+        step(
+            "message",
+            {"action": "send", "to": "ops", "text": "deploy?"},
+            {"details": {"ok": True, "messageId": f"m{i}", "ts": 1000.5 + i}},
+        )
     # a tool that does not exist
     for _ in range(3):
         step("frobnicate", {"x": 1}, error='Unknown tool: "frobnicate"')
     # identical exec with identical output: warns, then blocks
     for _ in range(7):
-        step("exec", {"command": "make test"},
-             {"content": [{"type": "text", "text": "FAIL"}],
-              "details": {"status": "completed", "exitCode": 1, "durationMs": 1234.5, "aggregated": "FAIL"}})
+        step(
+            "exec",
+            {"command": "make test"},
+            {
+                "content": [{"type": "text", "text": "FAIL"}],
+                "details": {"status": "completed", "exitCode": 1, "durationMs": 1234.5, "aggregated": "FAIL"},
+            },
+        )
     return verdicts
 
 
@@ -106,9 +120,12 @@ def topics(broker):
 def test_verdicts_match_offline_replay(broker, topics):
     """Every check returns the verdict the engine computes for the events
     that are actually on the topic (replayed offline)."""
-    with EmulatedWorker(broker.bootstrap, topics, TIGHT), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, TIGHT),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
         got = scripted_run(client, "run-full")
         client.run_end("run-full")
         client.flush()
@@ -194,9 +211,12 @@ def test_broker_unreachable_falls_back_fast():
 def test_duplicate_verdicts_are_dropped(broker, topics):
     """At-least-once delivery: every verdict published twice; the client
     hands out each once and counts the duplicates."""
-    with EmulatedWorker(broker.bootstrap, topics, TIGHT, tamper=lambda v: [v, v]), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, TIGHT, tamper=lambda v: [v, v]),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
         got = [client.check(client.tool_call("r-dup", "exec", {"n": i})) for i in range(5)]
         deadline = time.monotonic() + 5
         while client.stats["duplicates"] < 5 and time.monotonic() < deadline:
@@ -208,9 +228,12 @@ def test_duplicate_verdicts_are_dropped(broker, topics):
 def test_late_verdict_after_timeout(broker, topics):
     """A verdict that arrives after its check gave up is counted as late,
     never handed to a later check."""
-    with EmulatedWorker(broker.bootstrap, topics, TIGHT, delay=1.0), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=0.3
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, TIGHT, delay=1.0),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=0.3
+        ) as client,
+    ):
         first = client.check(client.tool_call("r-late", "exec", {"n": 1}))
         assert first.fallback == "fail_open"
         second = client.check(client.tool_call("r-late", "exec", {"n": 2}), timeout=10)
@@ -224,9 +247,12 @@ def test_late_verdict_after_timeout(broker, topics):
 def test_compaction_abort_reaches_the_gateway(broker, topics):
     """The post-compaction guard aborts on a tool_result: `tool_result(wait=)`
     returns the abort, `aborted()` remembers it, the next call is answered abort."""
-    with EmulatedWorker(broker.bootstrap, topics, FleetConfig()), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, FleetConfig()),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
         client.compaction("r-cmp")
         outcome = None
         for _ in range(3):
@@ -257,14 +283,44 @@ def test_events_carry_only_what_the_gateway_gave(broker, topics):
     assert all(isinstance(event.pop("ts"), float) for event in events)
     run = {"run_id": "r-wire"}
     assert events == [
-        {"type": "tool_call", **run, "seq": 0, "tool_call_id": "c1", "tool_name": "exec", "args": {"command": "ls"},
-         "agent_id": "a", "session_key": "s"},
-        {"type": "tool_call", **run, "seq": 1, "tool_call_id": "c2", "tool_name": "read", "args": None,
-         "args_hash": "h2"},
-        {"type": "tool_result", **run, "seq": 2, "tool_call_id": "c1", "tool_name": "exec",
-         "args": {"command": "ls"}, "result": {"content": []}},
-        {"type": "tool_result", **run, "seq": 3, "tool_call_id": "c2", "tool_name": "read", "args": None,
-         "error": "boom", "result_hash": "rh"},
+        {
+            "type": "tool_call",
+            **run,
+            "seq": 0,
+            "tool_call_id": "c1",
+            "tool_name": "exec",
+            "args": {"command": "ls"},
+            "agent_id": "a",
+            "session_key": "s",
+        },
+        {
+            "type": "tool_call",
+            **run,
+            "seq": 1,
+            "tool_call_id": "c2",
+            "tool_name": "read",
+            "args": None,
+            "args_hash": "h2",
+        },
+        {
+            "type": "tool_result",
+            **run,
+            "seq": 2,
+            "tool_call_id": "c1",
+            "tool_name": "exec",
+            "args": {"command": "ls"},
+            "result": {"content": []},
+        },
+        {
+            "type": "tool_result",
+            **run,
+            "seq": 3,
+            "tool_call_id": "c2",
+            "tool_name": "read",
+            "args": None,
+            "error": "boom",
+            "result_hash": "rh",
+        },
         {"type": "compaction", **run, "seq": 4},
         {"type": "compaction", **run, "seq": 5, "agent_id": "a"},
         {"type": "run_end", **run, "seq": 6},
@@ -274,9 +330,12 @@ def test_events_carry_only_what_the_gateway_gave(broker, topics):
 def test_seq_continues_after_run_end(broker, topics):
     """A run id used again after run_end keeps numbering above its last seq,
     so loopwarden does not take the new events for duplicates."""
-    with EmulatedWorker(broker.bootstrap, topics, TIGHT), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, TIGHT),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
         call = client.tool_call("r-again", "exec", {"n": 1})
         assert client.check(call).seq == 0
         assert client.run_end("r-again") == 1
@@ -288,10 +347,16 @@ def test_recovers_after_broker_restart(kafka_lib):
     """Broker down mid-run: checks fall back; once it is back, verdicts flow again."""
     with LocalBroker(lib_dir=kafka_lib) as own:
         topics = make_topics(own.bootstrap, partitions=1)
-        with EmulatedWorker(own.bootstrap, topics, TIGHT), GuardClient(
-            own.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"],
-            timeout=1.0, policy="fail_closed",
-        ) as client:
+        with (
+            EmulatedWorker(own.bootstrap, topics, TIGHT),
+            GuardClient(
+                own.bootstrap,
+                events_topic=topics["events"],
+                decisions_topic=topics["decisions"],
+                timeout=1.0,
+                policy="fail_closed",
+            ) as client,
+        ):
             assert client.check(client.tool_call("r-x", "exec", {"n": 0})).fallback is None
             own.stop(remove_data=False)
             down = client.check(client.tool_call("r-x", "exec", {"n": 1}))
@@ -312,8 +377,16 @@ def test_client_verdict_is_a_verdict():
     assert isinstance(v, Verdict) and v.allowed and not v.is_fallback
 
 
-TIGHT_FILE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                          "globalCircuitBreakerThreshold": 6}}}
+TIGHT_FILE = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "globalCircuitBreakerThreshold": 6,
+        }
+    }
+}
 
 
 def test_client_with_real_worker(broker, tmp_path):
@@ -322,10 +395,16 @@ def test_client_with_real_worker(broker, tmp_path):
     topics = make_topics(broker.bootstrap)
     config_file = tmp_path / "tight.json"
     config_file.write_text(json.dumps(TIGHT_FILE))
-    with RealWorker(broker.bootstrap, topics, tmp_path, "--config", str(config_file)) as worker, GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"],
-        timeout=60, local_hashing=True,
-    ) as client:
+    with (
+        RealWorker(broker.bootstrap, topics, tmp_path, "--config", str(config_file)) as worker,
+        GuardClient(
+            broker.bootstrap,
+            events_topic=topics["events"],
+            decisions_topic=topics["decisions"],
+            timeout=60,
+            local_hashing=True,
+        ) as client,
+    ):
         # the first check waits out the worker's start-up (group join, table recovery)
         first = client.check(client.tool_call("warmup", "read", {"path": "x"}))
         assert first.fallback is None, worker.log_tail()
@@ -352,9 +431,12 @@ def test_example_gateway_loop(broker, topics, capsys):
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     config = parse_config(example.DEMO_CONFIG).config
-    with EmulatedWorker(broker.bootstrap, topics, config), GuardClient(
-        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
-    ) as client:
+    with (
+        EmulatedWorker(broker.bootstrap, topics, config),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
         assert example.agent(client, "example-run") == "aborted"
     out = capsys.readouterr().out
     assert "-> WARN (generic_repeat, count 3)" in out

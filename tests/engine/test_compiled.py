@@ -26,7 +26,11 @@ def _probe(tree: Path, **env: str) -> tuple[str, str]:
     """(MODE, the file detectors was loaded from) in a fresh interpreter importing `tree`."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE],
-        cwd=tree, env={**os.environ, "PYTHONPATH": str(tree), **env}, capture_output=True, text=True, check=True,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree), **env},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     mode, loaded = done.stdout.splitlines()
     return mode, loaded

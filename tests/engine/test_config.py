@@ -42,14 +42,28 @@ def test_defaults(document):
 
 
 def test_every_global_field_is_read():
-    cfg = parse_config(loop(
-        enabled=True, historySize=12, warningThreshold=4, criticalThreshold=6, unknownToolThreshold=2,
-        globalCircuitBreakerThreshold=9, detectors={"genericRepeat": False, "knownPollNoProgress": False,
-        "pingPong": False}, postCompactionGuard={"windowSize": 5},
-    )).config.default
+    cfg = parse_config(
+        loop(
+            enabled=True,
+            historySize=12,
+            warningThreshold=4,
+            criticalThreshold=6,
+            unknownToolThreshold=2,
+            globalCircuitBreakerThreshold=9,
+            detectors={"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False},
+            postCompactionGuard={"windowSize": 5},
+        )
+    ).config.default
     assert cfg == LoopDetectionConfig(
-        enabled=True, history_size=12, warning_threshold=4, critical_threshold=6, unknown_tool_threshold=2,
-        global_circuit_breaker_threshold=9, generic_repeat=False, known_poll_no_progress=False, ping_pong=False,
+        enabled=True,
+        history_size=12,
+        warning_threshold=4,
+        critical_threshold=6,
+        unknown_tool_threshold=2,
+        global_circuit_breaker_threshold=9,
+        generic_repeat=False,
+        known_poll_no_progress=False,
+        ping_pong=False,
         window_size=5,
     )
 
@@ -66,8 +80,14 @@ def test_enabled_false_is_kept_explicit():
 
 def test_agent_merged_field_by_field_over_global():
     doc = with_agents(
-        {"enabled": True, "historySize": 40, "warningThreshold": 5, "criticalThreshold": 9,
-         "detectors": {"genericRepeat": False, "pingPong": False}, "postCompactionGuard": {"windowSize": 4}},
+        {
+            "enabled": True,
+            "historySize": 40,
+            "warningThreshold": 5,
+            "criticalThreshold": 9,
+            "detectors": {"genericRepeat": False, "pingPong": False},
+            "postCompactionGuard": {"windowSize": 4},
+        },
         agent("safe", warningThreshold=3, detectors={"pingPong": True}),
         agent("guarded", postCompactionGuard={"windowSize": 2}, enabled=False),
     )
@@ -155,8 +175,8 @@ def test_spec_example_message_exactly():
 
 
 @pytest.mark.parametrize(
-    "field", ["historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
-              "globalCircuitBreakerThreshold"],
+    "field",
+    ["historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold", "globalCircuitBreakerThreshold"],
 )
 @pytest.mark.parametrize("value", [0, -1, 2.5, "10", True, [3], {"n": 1}])
 def test_thresholds_must_be_positive_integers(field, value):
@@ -195,8 +215,13 @@ def test_unknown_keys_refused_with_path(block, path):
     assert "unknown" in message
 
 
-@pytest.mark.parametrize(("block", "path"), [({"detectors": True}, "tools.loopDetection.detectors"),
-                                              ({"postCompactionGuard": 3}, "tools.loopDetection.postCompactionGuard")])
+@pytest.mark.parametrize(
+    ("block", "path"),
+    [
+        ({"detectors": True}, "tools.loopDetection.detectors"),
+        ({"postCompactionGuard": 3}, "tools.loopDetection.postCompactionGuard"),
+    ],
+)
 def test_sub_blocks_must_be_objects(block, path):
     assert refused(loop(**block)).startswith(path + ": ")
 
@@ -251,7 +276,9 @@ def test_load_config_reads_json5(tmp_path):
 def test_load_config_refuses_bad_file_with_path(tmp_path):
     path = tmp_path / "c.json"
     path.write_text('{"tools": {"loopDetection": {"warningThreshold": "ten"}}}')
-    with pytest.raises(ConfigError, match=r'^tools\.loopDetection\.warningThreshold: expected a positive integer, got "ten"$'):
+    with pytest.raises(
+        ConfigError, match=r'^tools\.loopDetection\.warningThreshold: expected a positive integer, got "ten"$'
+    ):
         load_config(path)
 
 
@@ -263,7 +290,10 @@ CURRENT_GATEWAY = {
     "agents": {
         "defaults": {"model": {"primary": "p/m"}, "workspace": "~/w", "compaction": {"keepRecentTokens": 100}},
         "entries": {
-            "builder": {"model": {"primary": "p/m"}, "tools": {"profile": "coding", "loopDetection": {"enabled": True}}},
+            "builder": {
+                "model": {"primary": "p/m"},
+                "tools": {"profile": "coding", "loopDetection": {"enabled": True}},
+            },
             "main": {"workspace": "~/main"},
         },
     },
@@ -284,7 +314,9 @@ def test_current_gateway_file_with_agents_entries():
 
 def test_entries_merge_field_by_field_like_list_entries():
     doc = loop(warningThreshold=4, detectors={"pingPong": False})
-    doc["agents"] = {"entries": {"a": {"tools": {"loopDetection": {"criticalThreshold": 9, "detectors": {"genericRepeat": False}}}}}}
+    doc["agents"] = {
+        "entries": {"a": {"tools": {"loopDetection": {"criticalThreshold": 9, "detectors": {"genericRepeat": False}}}}}
+    }
     a = parse_config(doc).config.for_agent("a")
     assert (a.warning_threshold, a.critical_threshold, a.ping_pong, a.generic_repeat) == (4, 9, False, False)
 
@@ -298,16 +330,22 @@ def test_an_agent_in_both_shapes_takes_the_entries_block_and_is_named():
     resolved = parse_config(doc)
     assert resolved.config.for_agent("x").warning_threshold == 7
     assert resolved.config.for_agent("only-listed").warning_threshold == 6
-    assert resolved.notes == ["agent 'x' is configured in both agents.entries.x and agents.list[0]; using agents.entries.x"]
+    assert resolved.notes == [
+        "agent 'x' is configured in both agents.entries.x and agents.list[0]; using agents.entries.x"
+    ]
 
 
 def test_entries_errors_name_the_agent_path():
     doc = {"agents": {"entries": {"b": {"tools": {"loopDetection": {"warningThreshold": "ten"}}}}}}
-    assert refused(doc) == 'agents.entries.b.tools.loopDetection.warningThreshold: expected a positive integer, got "ten"'
+    assert (
+        refused(doc) == 'agents.entries.b.tools.loopDetection.warningThreshold: expected a positive integer, got "ten"'
+    )
     assert refused({"agents": {"entries": ["b"]}}) == 'agents.entries: expected an object, got ["b"]'
     assert refused({"agents": {"entries": {"b": 3}}}) == "agents.entries.b: expected an object, got 3"
     doc = {"agents": {"entries": {"b": {"tools": {"loopDetection": {"criticalThreshold": 3, "warningThreshold": 3}}}}}}
-    assert parse_config(doc).notes[0].startswith("agents.entries.b.tools.loopDetection.criticalThreshold: 3 is not above")
+    assert (
+        parse_config(doc).notes[0].startswith("agents.entries.b.tools.loopDetection.criticalThreshold: 3 is not above")
+    )
 
 
 def test_replay_reads_a_current_gateway_file_and_warns_about_an_agent_in_both_shapes(tmp_path):
@@ -316,7 +354,15 @@ def test_replay_reads_a_current_gateway_file_and_warns_about_an_agent_in_both_sh
     config_file = tmp_path / "openclaw.json"
     config_file.write_text(json.dumps(document))
     events = [
-        {"type": "tool_call", "run_id": "r", "seq": i, "tool_call_id": f"c{i}", "tool_name": "read", "args": {"p": 1}, "agent_id": "builder"}
+        {
+            "type": "tool_call",
+            "run_id": "r",
+            "seq": i,
+            "tool_call_id": f"c{i}",
+            "tool_name": "read",
+            "args": {"p": 1},
+            "agent_id": "builder",
+        }
         for i in range(11)
     ]
     proc = run_cli("--config", str(config_file), "-", stdin="".join(json.dumps(e) + "\n" for e in events).encode())

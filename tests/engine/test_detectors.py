@@ -273,8 +273,9 @@ def test_ping_pong_flag_off_falls_through_to_generic():
 
 
 def test_unknown_tool_and_breaker_not_switched_off_by_flags():
-    cfg = low(unknownToolThreshold=4, detectors={"genericRepeat": False, "knownPollNoProgress": False,
-                                                 "pingPong": False}).default
+    cfg = low(
+        unknownToolThreshold=4, detectors={"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False}
+    ).default
     assert fire([rec(A, "e", "gone")] * 4, A, cfg=cfg).detector == "unknown_tool_repeat"
     assert fire([rec(A, "same")] * 7, A, cfg=cfg).detector == "global_circuit_breaker"
     assert fire([rec(P, "same")] * 7, P, poll=True, cfg=cfg).detector == "global_circuit_breaker"
@@ -299,8 +300,9 @@ def test_known_poll_through_engine_uses_classification():
 
 def test_command_status_is_a_known_poll():
     d = Driver(low())
-    verdicts = [d.step("command_status", {"id": "x"}, res={"content": [{"type": "text", "text": "running"}]})
-                for _ in range(6)]
+    verdicts = [
+        d.step("command_status", {"id": "x"}, res={"content": [{"type": "text", "text": "running"}]}) for _ in range(6)
+    ]
     assert [v.detector for v in verdicts][3:] == ["known_poll_no_progress"] * 3
     assert verdicts[5].level == "critical"
 
@@ -392,21 +394,37 @@ _records = st.builds(
     st.sampled_from([None, None, "ghost", "gone"]),
 )
 _configs = st.builds(
-    lambda w, c, b, u, toggles: fleet(
-        enabled=True, warningThreshold=w, criticalThreshold=w + c, globalCircuitBreakerThreshold=w + c + b,
-        unknownToolThreshold=u, detectors=dict(zip(("genericRepeat", "knownPollNoProgress", "pingPong"), toggles, strict=True)),
-    ).default,
-    st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.tuples(*[st.booleans()] * 3),
+    lambda w, c, b, u, toggles: (
+        fleet(
+            enabled=True,
+            warningThreshold=w,
+            criticalThreshold=w + c,
+            globalCircuitBreakerThreshold=w + c + b,
+            unknownToolThreshold=u,
+            detectors=dict(zip(("genericRepeat", "knownPollNoProgress", "pingPong"), toggles, strict=True)),
+        ).default
+    ),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.tuples(*[st.booleans()] * 3),
 )
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.lists(_records, max_size=14), st.sampled_from(["exec", "read"]),
-       st.sampled_from(["exec:a", "exec:b", "read:a", "x", "new"]), st.booleans(), _configs)
+@given(
+    st.lists(_records, max_size=14),
+    st.sampled_from(["exec", "read"]),
+    st.sampled_from(["exec:a", "exec:b", "read:a", "x", "new"]),
+    st.booleans(),
+    _configs,
+)
 def test_detect_matches_the_spec_measured_in_full(history, tool, sig, is_poll, cfg):
     """`detect` returns early for most calls (nothing in the window to count);
     that shortcut must never hide a detection."""
     found = detect(history, tool, sig, is_poll, cfg, Counter(r.args_hash for r in history))
-    got = None if found is None else (found.level, found.detector, found.count, found.warning_key,
-                                      found.paired_tool_name)
+    got = (
+        None if found is None else (found.level, found.detector, found.count, found.warning_key, found.paired_tool_name)
+    )
     assert got == _spec_detect(history, tool, sig, is_poll, cfg)

@@ -31,9 +31,18 @@ def test_plain_allow_verdict():
     outcome = apply(None, call("r1", 1, "read", {"p": 1}, call_id="c1"), low())
     (v,) = outcome.verdicts
     assert json.loads(encode_verdict(v)) == {
-        "run_id": "r1", "seq": 1, "tool_call_id": "c1", "tool_name": "read", "decision": "allow",
-        "level": "none", "detector": None, "count": 0, "message": None, "warning_key": None,
-        "paired_tool_name": None, "error": None,
+        "run_id": "r1",
+        "seq": 1,
+        "tool_call_id": "c1",
+        "tool_name": "read",
+        "decision": "allow",
+        "level": "none",
+        "detector": None,
+        "count": 0,
+        "message": None,
+        "warning_key": None,
+        "paired_tool_name": None,
+        "error": None,
     }
 
 
@@ -82,8 +91,16 @@ def test_every_call_is_recorded_a_blocked_one_as_a_veto():
         sizes.append((v.decision, v.count, len(d.state().history), d.state().history[-1].flags))
         if v.decision != "block":
             d.result("exec", result=SAME)
-    assert sizes == [("allow", 0, 1, 0), ("allow", 0, 2, 0), ("allow", 0, 3, 0), ("warn", 3, 4, 0), ("allow", 4, 5, 0),
-                     ("block", 5, 6, VETO), ("block", 6, 7, VETO), ("block", 7, 8, VETO)]
+    assert sizes == [
+        ("allow", 0, 1, 0),
+        ("allow", 0, 2, 0),
+        ("allow", 0, 3, 0),
+        ("warn", 3, 4, 0),
+        ("allow", 4, 5, 0),
+        ("block", 5, 6, VETO),
+        ("block", 6, 7, VETO),
+        ("block", 7, 8, VETO),
+    ]
     assert all(r.result_hash is None for r in d.state().history[5:])
 
 
@@ -168,8 +185,10 @@ def test_run_end_twice_and_duplicate_run_end():
 
 
 def test_agent_id_from_first_event_that_carries_one():
-    config = fleet(enabled=True, agents={"strict": {"warningThreshold": 2, "criticalThreshold": 3},
-                                         "lax": {"warningThreshold": 50}})
+    config = fleet(
+        enabled=True,
+        agents={"strict": {"warningThreshold": 2, "criticalThreshold": 3}, "lax": {"warningThreshold": 50}},
+    )
     d = Driver(config)
     d.step("read", {"p": 1}, res=txt(0))  # no agent id yet: default (warning 10)
     d.step("read", {"p": 1}, res=txt(1), agent="strict")  # this fixes the run's agent
@@ -209,7 +228,11 @@ def test_result_fills_newest_open_record_with_same_call_id():
     history = d.state().history
     assert [r.result_hash for r in history] == [None, sha({"details": {}, "text": "a"}), None]
     d.feed(result("r1", 5, "read", "c1", result=txt("b")))
-    assert [r.result_hash for r in history] == [sha({"details": {}, "text": "b"}), sha({"details": {}, "text": "a"}), None]
+    assert [r.result_hash for r in history] == [
+        sha({"details": {}, "text": "b"}),
+        sha({"details": {}, "text": "a"}),
+        None,
+    ]
     assert len(history) == 3
 
 
@@ -272,8 +295,9 @@ def test_a_poll_that_left_the_history_is_still_hashed_as_a_poll():
     record = d.state().history[-1]
     assert record.kind == KIND_PROCESS_POLL
     assert record.args_hash == expected_args_hash("process", poll)
-    assert record.result_hash == sha({"action": "poll", "status": "running", "exitCode": None, "exitSignal": None,
-                                      "aggregated": None, "text": "..."})
+    assert record.result_hash == sha(
+        {"action": "poll", "status": "running", "exitCode": None, "exitSignal": None, "aggregated": None, "text": "..."}
+    )
 
 
 def test_unfinished_calls_are_bounded_and_freed_by_run_end():
@@ -435,8 +459,12 @@ def test_too_deep_is_the_reason_however_short_or_malformed(line):
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.integers(240, 270), st.sampled_from([b"[", b'{"a":', b'[{"b":']), st.integers(0, 600),
-       st.sampled_from([_HEAD, b'{"type":"bogus","args":', b"", b'{"type":"run_end","args":']))
+@given(
+    st.integers(240, 270),
+    st.sampled_from([b"[", b'{"a":', b'[{"b":']),
+    st.integers(0, 600),
+    st.sampled_from([_HEAD, b'{"type":"bogus","args":', b"", b'{"type":"run_end","args":']),
+)
 def test_decode_refuses_as_too_deep_exactly_when_too_deep(depth, opener, cut, head):
     """Short input is checked for depth only when it fails to decode: the
     reason given must be the same as when every input was checked first."""
@@ -496,7 +524,10 @@ def test_ping_pong_through_engine():
         tool, args = (a, b)[i % 2]
         verdicts.append(d.step(tool, args, res=SAME))
     assert [(v.decision, v.detector, v.count) for v in verdicts] == [
-        ("allow", None, 0), ("allow", None, 0), ("warn", "ping_pong", 3), ("allow", "ping_pong", 4),
+        ("allow", None, 0),
+        ("allow", None, 0),
+        ("warn", "ping_pong", 3),
+        ("allow", "ping_pong", 4),
         ("block", "ping_pong", 5),
     ]
     key = "pingpong:" + "|".join(sorted([expected_args_hash(*a), expected_args_hash(*b)]))

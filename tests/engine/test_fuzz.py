@@ -32,8 +32,12 @@ CONFIG = parse_config(
     {
         "tools": {
             "loopDetection": {
-                "enabled": True, "historySize": HISTORY, "warningThreshold": 2, "criticalThreshold": 3,
-                "globalCircuitBreakerThreshold": 4, "unknownToolThreshold": 2,
+                "enabled": True,
+                "historySize": HISTORY,
+                "warningThreshold": 2,
+                "criticalThreshold": 3,
+                "globalCircuitBreakerThreshold": 4,
+                "unknownToolThreshold": 2,
                 "postCompactionGuard": {"windowSize": WINDOW},
             }
         },
@@ -50,8 +54,23 @@ json_values = st.recursive(
     max_leaves=20,
 )
 TOOLS = ["exec", "process", "read", "update_plan", "message", "sessions_send", "command_status", "web_serch"]
-FIELDS = ["type", "run_id", "seq", "tool_call_id", "tool_name", "args", "args_hash", "result", "error",
-          "result_hash", "unknown_tool_name", "agent_id", "session_key", "ts", "details"]
+FIELDS = [
+    "type",
+    "run_id",
+    "seq",
+    "tool_call_id",
+    "tool_name",
+    "args",
+    "args_hash",
+    "result",
+    "error",
+    "result_hash",
+    "unknown_tool_name",
+    "agent_id",
+    "session_key",
+    "ts",
+    "details",
+]
 hostile_values = (
     json_values
     | st.sampled_from(["tool_call", "tool_result", "compaction", "run_end", "", "\x00", "\ud800"])
@@ -94,8 +113,10 @@ def test_arbitrary_json_raises_only_bad_event(value: Any) -> None:
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(FIELDS), hostile_values, max_size=10), st.sampled_from(
-    ["tool_call", "tool_result", "compaction", "run_end", None]))
+@given(
+    st.dictionaries(st.sampled_from(FIELDS), hostile_values, max_size=10),
+    st.sampled_from(["tool_call", "tool_result", "compaction", "run_end", None]),
+)
 def test_event_shaped_json_raises_only_bad_event(fields: dict[str, Any], kind: str | None) -> None:
     if kind is not None:
         fields = {**fields, "type": kind}
@@ -109,11 +130,16 @@ def test_event_shaped_json_raises_only_bad_event(fields: dict[str, Any], kind: s
 
 
 @FUZZ
-@given(st.integers(min_value=0, max_value=2000), st.sampled_from([b"[", b'{"a":', b"[{\"b\":"]))
+@given(st.integers(min_value=0, max_value=2000), st.sampled_from([b"[", b'{"a":', b'[{"b":']))
 def test_deep_nesting_raises_only_bad_event(depth: int, opener: bytes) -> None:
     closer = b"]" if opener == b"[" else (b"}" if opener == b'{"a":' else b"}]")
-    data = (b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-            + opener * depth + b"1" + closer * depth + b"}")
+    data = (
+        b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+        + opener * depth
+        + b"1"
+        + closer * depth
+        + b"}"
+    )
     _check_decode(data)
 
 
@@ -122,15 +148,33 @@ def test_deep_nesting_raises_only_bad_event(depth: int, opener: bytes) -> None:
 payloads = st.one_of(
     json_values,
     st.fixed_dictionaries({"command": st.sampled_from(["make", "ls"])}),
-    st.fixed_dictionaries({"action": st.sampled_from(["poll", "log", "send"]), "sessionId": st.sampled_from(["a", "b"])}),
-    st.fixed_dictionaries({"plan": st.lists(st.fixed_dictionaries(
-        {"step": st.text(max_size=5), "status": st.sampled_from(["pending", "completed"])}), max_size=3)}),
+    st.fixed_dictionaries(
+        {"action": st.sampled_from(["poll", "log", "send"]), "sessionId": st.sampled_from(["a", "b"])}
+    ),
+    st.fixed_dictionaries(
+        {
+            "plan": st.lists(
+                st.fixed_dictionaries(
+                    {"step": st.text(max_size=5), "status": st.sampled_from(["pending", "completed"])}
+                ),
+                max_size=3,
+            )
+        }
+    ),
 )
 results = st.one_of(
     json_values,
-    st.fixed_dictionaries({"content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}), max_size=2),
-                           "details": json_values}),
-    st.fixed_dictionaries({"details": st.fixed_dictionaries({"status": st.just("blocked"), "deniedReason": st.just("tool-loop")})}),
+    st.fixed_dictionaries(
+        {
+            "content": st.lists(
+                st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}), max_size=2
+            ),
+            "details": json_values,
+        }
+    ),
+    st.fixed_dictionaries(
+        {"details": st.fixed_dictionaries({"status": st.just("blocked"), "deniedReason": st.just("tool-loop")})}
+    ),
 )
 errors = st.one_of(st.sampled_from(["Unknown tool: web_serch", "tool 'x' not found", "boom"]), json_values)
 
@@ -195,21 +239,46 @@ def test_valid_events_never_make_apply_raise(events: list[dict[str, Any]]) -> No
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from(["exec", "read"]), st.integers(0, 3), st.integers(0, 1)), min_size=1,
-                max_size=300))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["exec", "read"]), st.integers(0, 3), st.integers(0, 1)), min_size=1, max_size=300
+    )
+)
 def test_long_loops_keep_state_bounded(calls: list[tuple[str, int, int]]) -> None:
     state: RunState | None = None
     seq = 0
     for i, (tool, arg, result) in enumerate(calls):
         seq += 1
-        call = decode_event(json.dumps({"type": "tool_call", "run_id": "r", "seq": seq, "tool_call_id": f"c{i}",
-                                        "tool_name": tool, "args": {"a": arg}}))
+        call = decode_event(
+            json.dumps(
+                {
+                    "type": "tool_call",
+                    "run_id": "r",
+                    "seq": seq,
+                    "tool_call_id": f"c{i}",
+                    "tool_name": tool,
+                    "args": {"a": arg},
+                }
+            )
+        )
         state = apply(state, call, CONFIG).state
         seq += 1
-        done = decode_event(json.dumps({"type": "tool_result", "run_id": "r", "seq": seq, "tool_call_id": f"c{i}",
-                                        "tool_name": tool, "result": {"content": [{"type": "text", "text": str(result)}]}}))
+        done = decode_event(
+            json.dumps(
+                {
+                    "type": "tool_result",
+                    "run_id": "r",
+                    "seq": seq,
+                    "tool_call_id": f"c{i}",
+                    "tool_name": tool,
+                    "result": {"content": [{"type": "text", "text": str(result)}]},
+                }
+            )
+        )
         state = apply(state, done, CONFIG).state
         if i % 37 == 36:
             seq += 1
-            state = apply(state, decode_event(json.dumps({"type": "compaction", "run_id": "r", "seq": seq})), CONFIG).state
+            state = apply(
+                state, decode_event(json.dumps({"type": "compaction", "run_id": "r", "seq": seq})), CONFIG
+            ).state
         _bounded(state, seq - 1)

@@ -43,7 +43,10 @@ def test_aborts_after_window_size_identical_triples():
     abort = verdicts[-1]
     assert abort.seq == 7 and abort.tool_call_id == "k3" and abort.tool_name == "exec"
     assert (abort.decision, abort.level, abort.detector, abort.error) == (
-        "abort", "critical", "compaction_loop_persisted", "compaction_loop_persisted",
+        "abort",
+        "critical",
+        "compaction_loop_persisted",
+        "compaction_loop_persisted",
     )
     assert abort.count == 3
     assert "exec" in abort.message and "3" in abort.message
@@ -170,7 +173,10 @@ def test_abort_is_sticky():
     # every later call of the run is answered abort, whatever it is
     later = d.call("read", {"something": "else"})
     assert (later.decision, later.level, later.detector, later.error) == (
-        "abort", "critical", "compaction_loop_persisted", "compaction_loop_persisted",
+        "abort",
+        "critical",
+        "compaction_loop_persisted",
+        "compaction_loop_persisted",
     )
     assert later.tool_name == "read" and later.seq == 8
     assert later.count == abort.count and later.message == abort.message

@@ -45,9 +45,11 @@ def pair(hashes: ResultHashes) -> tuple[str | None, str | None]:
 def test_args_hash_is_tool_colon_sha256_of_stable_json():
     args = {"path": "/tmp/ż", "n": 3, "flags": ["a", "b"], "opt": {"y": True, "x": None}}
     assert args_hash("read", args) == expected_args_hash("read", args)
-    assert args_hash("read", args) == "read:" + hashlib.sha256(
-        b'{"flags":["a","b"],"n":3,"opt":{"x":null,"y":true},"path":"/tmp/\xc5\xbc"}'
-    ).hexdigest()
+    assert (
+        args_hash("read", args)
+        == "read:"
+        + hashlib.sha256(b'{"flags":["a","b"],"n":3,"opt":{"x":null,"y":true},"path":"/tmp/\xc5\xbc"}').hexdigest()
+    )
 
 
 def test_args_hash_ignores_key_order_at_any_depth():
@@ -68,8 +70,12 @@ def test_absent_args_hash_as_js_undefined():
 
 
 def test_args_hash_js_numbers_on_the_wire():
-    one = decode_event(b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"n":1.0,"e":1e-7}}')
-    two = decode_event(b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"e":0.0000001,"n":1}}')
+    one = decode_event(
+        b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"n":1.0,"e":1e-7}}'
+    )
+    two = decode_event(
+        b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","args":{"e":0.0000001,"n":1}}'
+    )
     expected = "t:" + hashlib.sha256(b'{"e":1e-7,"n":1}').hexdigest()
     assert args_hash("t", one.args) == expected
     assert args_hash("t", two.args) == expected
@@ -115,7 +121,10 @@ def test_update_plan_shape_only_applies_to_update_plan():
 def test_update_plan_result_details_reduced_to_shape_and_text_ignored():
     one = {"details": plan(("x", "completed"), ("y", "pending")), "content": [{"type": "text", "text": "Plan updated"}]}
     two = {"details": plan(("reworded", "completed"), ("z", "pending")), "content": [{"type": "text", "text": "other"}]}
-    three = {"details": plan(("x", "completed"), ("y", "completed")), "content": [{"type": "text", "text": "Plan updated"}]}
+    three = {
+        "details": plan(("x", "completed"), ("y", "completed")),
+        "content": [{"type": "text", "text": "Plan updated"}],
+    }
     assert outcome("update_plan", {}, one) == outcome("update_plan", {}, two)
     assert outcome("update_plan", {}, one) != outcome("update_plan", {}, three)
 
@@ -205,7 +214,9 @@ def test_a_name_beyond_the_id_bound_is_kept_as_its_digest():
 
 def test_non_finite_number_error_is_hashed_as_its_javascript_text():
     """`"error": 1e400` parses to Infinity; the reference hashes `${error}`, the text Infinity."""
-    event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1e400}')
+    event = decode_event(
+        b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1e400}'
+    )
     assert result_outcome("t", KIND_OTHER, UNSET, event.error).result_hash == expected_error_hash("Infinity")
     event = decode_event(b'{"type":"tool_result","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"t","error":1.50}')
     assert result_outcome("t", KIND_OTHER, UNSET, event.error).result_hash == expected_error_hash("1.5")
@@ -261,9 +272,7 @@ def test_exec_finished_ignores_metadata(status):
     assert outcome("exec", {}, one) == outcome("exec", {}, two)
 
 
-@pytest.mark.parametrize(
-    "change", [{"exitCode": 2}, {"timedOut": True}, {"aggregated": "other"}, {"status": "failed"}]
-)
+@pytest.mark.parametrize("change", [{"exitCode": 2}, {"timedOut": True}, {"aggregated": "other"}, {"status": "failed"}])
 def test_exec_finished_outcome_fields_count(change):
     base = {"status": "completed", "exitCode": 1, "timedOut": False, "aggregated": "out"}
     assert outcome("exec", {}, exec_result(base)) != outcome("exec", {}, exec_result({**base, **change}))
@@ -281,7 +290,13 @@ def test_exec_output_is_trimmed_aggregated_else_result_text():
 
 @pytest.mark.parametrize("status", ["approval-pending", "approval-unavailable"])
 def test_exec_approval_hashes_status_reason_host_command_warning(status):
-    base = {"status": status, "reason": "needs approval", "host": "gw1", "command": "rm -rf x", "warningText": "careful"}
+    base = {
+        "status": status,
+        "reason": "needs approval",
+        "host": "gw1",
+        "command": "rm -rf x",
+        "warningText": "careful",
+    }
     one = outcome("exec", {}, exec_result({**base, **META_A}))
     assert one == outcome("exec", {}, exec_result({**base, **META_B}))
     for key, value in [("reason", "other"), ("host", "gw2"), ("command", "ls"), ("warningText", "w")]:
@@ -299,8 +314,17 @@ def test_classification_of_polls_and_sends():
     assert classify("process", {"action": "log"}) == KIND_PROCESS_LOG
     assert classify("process", {"action": "kill"}) == KIND_OTHER
     assert classify("sessions_send", {}) == KIND_VOLATILE_SEND
-    for action in ["send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment",
-                   "upload-file", "sticker", "poll"]:
+    for action in [
+        "send",
+        "broadcast",
+        "reply",
+        "thread-reply",
+        "sendWithEffect",
+        "sendAttachment",
+        "upload-file",
+        "sticker",
+        "poll",
+    ]:
         assert classify("message", {"action": action}) == KIND_VOLATILE_SEND, action
     assert classify("message", {"action": "read"}) == KIND_OTHER
     assert classify("exec", {"action": "poll"}) == KIND_OTHER
@@ -318,16 +342,28 @@ def test_process_poll_hashes_listed_fields_and_text():
     assert outcome("process", args, exec_result(POLL_BASE, "other text")) != base
 
 
-LOG_BASE = {"status": "running", "totalLines": 10, "totalChars": 200, "truncated": False, "exitCode": None,
-            "exitSignal": None}
+LOG_BASE = {
+    "status": "running",
+    "totalLines": 10,
+    "totalChars": 200,
+    "truncated": False,
+    "exitCode": None,
+    "exitSignal": None,
+}
 
 
 def test_process_log_hashes_listed_fields_and_text():
     args = {"action": "log", "sessionId": "s1"}
     base = outcome("process", args, exec_result({**LOG_BASE, **META_A}, "t"))
     assert base == outcome("process", args, exec_result({**LOG_BASE, **META_B, "aggregated": "not a log field"}, "t"))
-    changes = [("status", "exited"), ("totalLines", 11), ("totalChars", 201), ("truncated", True), ("exitCode", 1),
-               ("exitSignal", "SIGKILL")]
+    changes = [
+        ("status", "exited"),
+        ("totalLines", 11),
+        ("totalChars", 201),
+        ("truncated", True),
+        ("exitCode", 1),
+        ("exitSignal", "SIGKILL"),
+    ]
     for key, value in changes:
         assert outcome("process", args, exec_result({**LOG_BASE, key: value}, "t")) != base, key
     assert outcome("process", args, exec_result(LOG_BASE, "other text")) != base
@@ -336,10 +372,24 @@ def test_process_log_hashes_listed_fields_and_text():
 # --- sending tools -----------------------------------------------------------------------------
 
 VOLATILE = {
-    "messageId": "m1", "message_id": "m1", "messageIds": ["m1"], "platformMessageId": "p1",
-    "platformMessageIds": ["p1"], "fileId": "f1", "file_id": "f1", "fileKey": "k1", "pollId": "q1",
-    "poll_id": "q1", "receipt": {"r": 1}, "runId": "run1", "idempotencyKey": "i1", "ts": 1, "timestamp": 2,
-    "sentAt": "t", "deliveredAt": "t", "createdAt": "t",
+    "messageId": "m1",
+    "message_id": "m1",
+    "messageIds": ["m1"],
+    "platformMessageId": "p1",
+    "platformMessageIds": ["p1"],
+    "fileId": "f1",
+    "file_id": "f1",
+    "fileKey": "k1",
+    "pollId": "q1",
+    "poll_id": "q1",
+    "receipt": {"r": 1},
+    "runId": "run1",
+    "idempotencyKey": "i1",
+    "ts": 1,
+    "timestamp": 2,
+    "sentAt": "t",
+    "deliveredAt": "t",
+    "createdAt": "t",
 }
 
 
@@ -349,8 +399,12 @@ def send(details, text="sent"):
 
 @pytest.mark.parametrize(
     ("tool", "args"),
-    [("sessions_send", {"sessionKey": "x", "message": "hi"}), ("message", {"action": "send", "to": "u"}),
-     ("message", {"action": "thread-reply"}), ("message", {"action": "poll"})],
+    [
+        ("sessions_send", {"sessionKey": "x", "message": "hi"}),
+        ("message", {"action": "send", "to": "u"}),
+        ("message", {"action": "thread-reply"}),
+        ("message", {"action": "poll"}),
+    ],
 )
 def test_sending_tools_hash_details_without_volatile_fields(tool, args):
     stable = {"status": "ok", "channel": "c1"}

@@ -25,15 +25,21 @@ CONFIG: FleetConfig = parse_config(
     {
         "tools": {
             "loopDetection": {
-                "enabled": True, "historySize": 10, "warningThreshold": 3, "criticalThreshold": 5,
-                "globalCircuitBreakerThreshold": 7, "unknownToolThreshold": 3,
+                "enabled": True,
+                "historySize": 10,
+                "warningThreshold": 3,
+                "criticalThreshold": 5,
+                "globalCircuitBreakerThreshold": 7,
+                "unknownToolThreshold": 3,
                 "postCompactionGuard": {"windowSize": 2},
             }
         },
-        "agents": {"list": [
-            {"id": "strict", "tools": {"loopDetection": {"warningThreshold": 2, "criticalThreshold": 3}}},
-            {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
-        ]},
+        "agents": {
+            "list": [
+                {"id": "strict", "tools": {"loopDetection": {"warningThreshold": 2, "criticalThreshold": 3}}},
+                {"id": "off", "tools": {"loopDetection": {"enabled": False}}},
+            ]
+        },
     }
 ).config
 
@@ -57,13 +63,27 @@ OUTCOMES = [
     None,  # the call never finishes
 ]
 
-call_step = st.tuples(st.just("call"), st.sampled_from(RUNS), st.integers(0, len(CALLS) - 1),
-                      st.integers(0, len(OUTCOMES) - 1), st.sampled_from([None, None, None, "strict", "off"]))
-loop_step = st.tuples(st.just("loop"), st.sampled_from(RUNS), st.integers(0, len(CALLS) - 1),
-                      st.integers(0, len(OUTCOMES) - 1), st.integers(2, 7))
+call_step = st.tuples(
+    st.just("call"),
+    st.sampled_from(RUNS),
+    st.integers(0, len(CALLS) - 1),
+    st.integers(0, len(OUTCOMES) - 1),
+    st.sampled_from([None, None, None, "strict", "off"]),
+)
+loop_step = st.tuples(
+    st.just("loop"),
+    st.sampled_from(RUNS),
+    st.integers(0, len(CALLS) - 1),
+    st.integers(0, len(OUTCOMES) - 1),
+    st.integers(2, 7),
+)
 orphan_step = st.tuples(st.just("orphan"), st.sampled_from(RUNS), st.integers(0, len(CALLS) - 1), st.integers(0, 4))
 step = st.one_of(
-    call_step, loop_step, call_step, loop_step, orphan_step,
+    call_step,
+    loop_step,
+    call_step,
+    loop_step,
+    orphan_step,
     st.tuples(st.just("compaction"), st.sampled_from(RUNS)),
     st.tuples(st.just("run_end"), st.sampled_from(RUNS)),
 )
@@ -90,19 +110,46 @@ def event_streams(draw, max_steps=25) -> list[bytes]:
         kind, run = action[0], action[1]
         if kind == "call":
             tool, args = CALLS[action[2]]
-            body = {"type": "tool_call", "run_id": run, "seq": nxt(run), "tool_call_id": f"c{n}", "tool_name": tool,
-                    "args": args}
+            body = {
+                "type": "tool_call",
+                "run_id": run,
+                "seq": nxt(run),
+                "tool_call_id": f"c{n}",
+                "tool_name": tool,
+                "args": args,
+            }
             if action[4]:
                 body["agent_id"] = action[4]
             lines.append(json.dumps(body).encode())
             outcome = OUTCOMES[action[3]]
             if outcome is not None:
-                lines.append(json.dumps({"type": "tool_result", "run_id": run, "seq": nxt(run), "tool_call_id": f"c{n}",
-                                         "tool_name": tool, **outcome}).encode())
+                lines.append(
+                    json.dumps(
+                        {
+                            "type": "tool_result",
+                            "run_id": run,
+                            "seq": nxt(run),
+                            "tool_call_id": f"c{n}",
+                            "tool_name": tool,
+                            **outcome,
+                        }
+                    ).encode()
+                )
         elif kind == "orphan":
             tool, args = CALLS[action[2]]
-            lines.append(json.dumps({"type": "tool_result", "run_id": run, "seq": nxt(run), "tool_call_id": f"o{n}",
-                                     "tool_name": tool, "args": args, **(OUTCOMES[action[3]] or {})}).encode())
+            lines.append(
+                json.dumps(
+                    {
+                        "type": "tool_result",
+                        "run_id": run,
+                        "seq": nxt(run),
+                        "tool_call_id": f"o{n}",
+                        "tool_name": tool,
+                        "args": args,
+                        **(OUTCOMES[action[3]] or {}),
+                    }
+                ).encode()
+            )
         else:
             lines.append(json.dumps({"type": kind, "run_id": run, "seq": nxt(run)}).encode())
     return lines
@@ -196,10 +243,17 @@ def test_state_round_trip_is_exact_mid_loop():
     lines = [
         json.dumps({"type": "compaction", "run_id": "r1", "seq": 1}).encode(),
         *[
-            json.dumps({"type": t, "run_id": "r1", "seq": s, "tool_call_id": f"c{s // 2}", "tool_name": "exec",
-                        "args": {"command": "make"},
-                        **({"result": {"content": [{"type": "text", "text": "x"}]}} if t == "tool_result" else {})}
-                       ).encode()
+            json.dumps(
+                {
+                    "type": t,
+                    "run_id": "r1",
+                    "seq": s,
+                    "tool_call_id": f"c{s // 2}",
+                    "tool_name": "exec",
+                    "args": {"command": "make"},
+                    **({"result": {"content": [{"type": "text", "text": "x"}]}} if t == "tool_result" else {}),
+                }
+            ).encode()
             for s, t in zip(range(2, 12), ["tool_call", "tool_result"] * 5, strict=True)
         ],
     ]
@@ -217,8 +271,13 @@ def test_generated_streams_really_loop():
     def decisions(lines):
         return {json.loads(v)["decision"] for v in verdicts_of(lines)}
 
-    quick = settings(max_examples=2000, deadline=None, database=None, phases=[Phase.generate],
-                     suppress_health_check=list(HealthCheck))
+    quick = settings(
+        max_examples=2000,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     for wanted in ("warn", "block", "abort"):
         found = find(event_streams(), lambda lines, w=wanted: w in decisions(lines), settings=quick)
         assert wanted in decisions(found)

@@ -127,9 +127,13 @@ def test_failure_shape_replaces_volatile_parts_in_order():
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(1, 99999), st.integers(0, 23), st.integers(0, 59), st.integers(0, 999)), min_size=2, max_size=2),
+    st.lists(
+        st.tuples(st.integers(1, 99999), st.integers(0, 23), st.integers(0, 59), st.integers(0, 999)),
+        min_size=2,
+        max_size=2,
+    ),
     st.integers(1, 255),
-)  # fmt: skip
+)
 def test_failure_identity_ignores_pids_times_durations_and_attempts(runs, code):
     """Property: two runs of one failing command differ only in their pids, time
     stamps, durations and attempt numbers: one identity, two result hashes."""
@@ -175,11 +179,16 @@ def test_markers_with_consistent_escaping_are_made_stable(quote, body):
 )
 def test_markers_with_inconsistent_escaping_are_left_as_they_are(quote, body):
     if quote == '"':
-        text = wrap(ID1, body).replace(f'END_EXTERNAL_UNTRUSTED_CONTENT id="{ID1}"', f'END_EXTERNAL_UNTRUSTED_CONTENT id="{ID2}"')
+        text = wrap(ID1, body).replace(
+            f'END_EXTERNAL_UNTRUSTED_CONTENT id="{ID1}"', f'END_EXTERNAL_UNTRUSTED_CONTENT id="{ID2}"'
+        )
         other = text.replace(ID1, "a" * 16)
     else:
         text, other = wrap(ID1, body, quote), wrap(ID2, body, quote)
-    assert hashed("web_fetch", {}, text_result(text)).result_hash != hashed("web_fetch", {}, text_result(other)).result_hash
+    assert (
+        hashed("web_fetch", {}, text_result(text)).result_hash
+        != hashed("web_fetch", {}, text_result(other)).result_hash
+    )
 
 
 def test_markers_are_stable_in_keys_errors_and_every_outcome_but_not_in_args():
@@ -255,7 +264,11 @@ def test_a_result_for_a_vetoed_call_is_a_new_record_of_that_call():
     assert d.call("exec", {"c": 1}, call_id="ran-anyway").decision == "block"
     d.result("exec", "ran-anyway", result=text_result("same"))
     *_, vetoed, ran = d.state().history
-    assert vetoed.flags == VETO and ran.flags == 0 and ran.args_hash == vetoed.args_hash == expected_args_hash("exec", {"c": 1})
+    assert (
+        vetoed.flags == VETO
+        and ran.flags == 0
+        and ran.args_hash == vetoed.args_hash == expected_args_hash("exec", {"c": 1})
+    )
 
 
 def test_an_abort_leaves_no_record_and_the_guard_never_observes_vetoes():
@@ -331,7 +344,9 @@ def test_exec_walk_stops_where_it_returns_to_the_original_args():
 
 
 def test_exec_walk_stops_at_other_tools_and_outcomes_and_counts_vetoes():
-    assert exec_failure_streak([fail(B, "f", "i"), rec("read:x", "r", tool="read"), fail(C, "f", "i")], A) == Streak(1, "f")
+    assert exec_failure_streak([fail(B, "f", "i"), rec("read:x", "r", tool="read"), fail(C, "f", "i")], A) == Streak(
+        1, "f"
+    )
     assert exec_failure_streak([fail(B, "f", "i"), rec(B, "ok"), fail(C, "f", "i")], A) == Streak(1, "f")
     assert exec_failure_streak([fail(B, "f", "i"), fail(C, "g", "k")], A) == Streak(1, "g")  # another failure
     assert exec_failure_streak([fail(B, "f", "i"), veto(C), rec(C), fail(C, "g", "i")], A) == Streak(3, "g")
@@ -351,8 +366,17 @@ def test_exec_failing_the_same_way_across_flags_is_blocked():
 
 
 def test_the_longer_walk_wins_and_names_its_result():
-    history = [fail(A, "f", "i"), fail(B, "g", "i"), fail(C, "h", "i"), fail(D, "k", "i"), fail(B, "g", "i"), fail(C, "h", "i")]
-    found = detect(history, "exec", A, False, low(detectors={"pingPong": False}).default, Counter(r.args_hash for r in history))
+    history = [
+        fail(A, "f", "i"),
+        fail(B, "g", "i"),
+        fail(C, "h", "i"),
+        fail(D, "k", "i"),
+        fail(B, "g", "i"),
+        fail(C, "h", "i"),
+    ]
+    found = detect(
+        history, "exec", A, False, low(detectors={"pingPong": False}).default, Counter(r.args_hash for r in history)
+    )
     assert found is not None and found.count == 5 and found.warning_key == f"generic:exec:{A}:h"
     assert no_progress_streak([history[0]]).length == 1  # the per-args walk: shorter
 
@@ -454,10 +478,17 @@ def test_story_blocked_call_kept_trying_reaches_the_breaker():
 
 def test_story_exec_with_slightly_different_flags_failing_the_same_way():
     calls = [
-        ("exec", {"command": f"npm test -- --seed={i}"},
-         {"res": exec_failure(f"[{i % 24:02d}:00:0{i % 10}] pid {4000 + i}: Error: ECONNREFUSED after {i}ms\nattempt {i}")})
+        (
+            "exec",
+            {"command": f"npm test -- --seed={i}"},
+            {
+                "res": exec_failure(
+                    f"[{i % 24:02d}:00:0{i % 10}] pid {4000 + i}: Error: ECONNREFUSED after {i}ms\nattempt {i}"
+                )
+            },
+        )
         for i in range(30)
-    ]  # fmt: skip
+    ]
     verdicts = run_story(Driver(DEFAULTS), calls)
     assert first(verdicts, "block") == 21 and verdicts[20].detector == "generic_repeat"
 
@@ -471,7 +502,11 @@ def test_story_tool_cycled_through_variants_that_fail_identically():
 
 def test_story_writes_that_change_nothing():
     calls = [
-        ("write", {"path": "a.txt", "content": "x"}, {"res": text_result(f"unchanged at {i}", {"changed": False, "checkedAt": i})})
+        (
+            "write",
+            {"path": "a.txt", "content": "x"},
+            {"res": text_result(f"unchanged at {i}", {"changed": False, "checkedAt": i})},
+        )
         for i in range(25)
     ]
     verdicts = run_story(Driver(DEFAULTS), calls)
@@ -480,7 +515,11 @@ def test_story_writes_that_change_nothing():
 
 def test_story_external_content_with_a_fresh_marker_id_each_fetch():
     calls = [
-        ("web_fetch", {"url": "https://example.com"}, {"res": text_result(wrap(hashlib.sha256(bytes([i])).hexdigest()[:16], "same page"))})
+        (
+            "web_fetch",
+            {"url": "https://example.com"},
+            {"res": text_result(wrap(hashlib.sha256(bytes([i])).hexdigest()[:16], "same page"))},
+        )
         for i in range(25)
     ]
     verdicts = run_story(Driver(DEFAULTS), calls)
@@ -516,7 +555,7 @@ STORY_CALLS = (
     + [("write", {"path": "a"}, {"res": {"details": {"changed": False, "at": i}}}) for i in range(8)]
     + [("edit", {"old": v}, {"err": "old_string not found"}) for v in "xxxyyyxxxyyy"]
     + [("ghost", {}, {"err": "Unknown tool: ghost"}) for _ in range(6)]
-)  # fmt: skip
+)
 
 
 def test_locally_hashed_results_give_the_same_verdicts_and_state():
@@ -545,10 +584,17 @@ def test_locally_hashed_results_give_the_same_verdicts_and_state():
 
 
 def test_wire_fields_are_only_those_set():
-    assert wire_fields(hashed("read", {}, err="x")) == {"result_hash": hashed("read", {}, err="x").result_hash, "no_progress": True}
+    assert wire_fields(hashed("read", {}, err="x")) == {
+        "result_hash": hashed("read", {}, err="x").result_hash,
+        "no_progress": True,
+    }
     assert wire_fields(hashed("read", {}, VETO_RESULT)) == {"outcome_kind": "veto"}
     failed = wire_fields(hashed("exec", {}, exec_failure("boom")))
-    assert failed["outcome_kind"] == "terminal_failure" and set(failed) == {"result_hash", "outcome_kind", "failure_identity"}
+    assert failed["outcome_kind"] == "terminal_failure" and set(failed) == {
+        "result_hash",
+        "outcome_kind",
+        "failure_identity",
+    }
 
 
 def test_argument_churn_switch_is_read_checked_and_merged():

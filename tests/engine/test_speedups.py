@@ -37,9 +37,7 @@ scalars = (
 )
 json_like = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=5)
-    | st.tuples(inner, inner)
-    | st.dictionaries(keys, inner, max_size=6),
+    lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner) | st.dictionaries(keys, inner, max_size=6),
     max_leaves=30,
 )
 
@@ -58,7 +56,9 @@ def test_answers_exactly_what_the_definition_gives_or_declines(value: Any) -> No
     assert (fast is None) == (digest is None)
 
 
-MARKED = "<<<EXTERNAL_UNTRUSTED_CONTENT id=\"0123456789abcdef\">>>x<<<END_EXTERNAL_UNTRUSTED_CONTENT id=\"0123456789abcdef\">>>"
+MARKED = (
+    '<<<EXTERNAL_UNTRUSTED_CONTENT id="0123456789abcdef">>>x<<<END_EXTERNAL_UNTRUSTED_CONTENT id="0123456789abcdef">>>'
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -81,13 +81,19 @@ def test_outcome_digest_is_the_definitions_and_declines_every_marker(value: Any,
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
-    | st.text(alphabet=st.characters(max_codepoint=0xDFFF, exclude_categories=["Cs"]), max_size=40),
-    lambda inner: st.lists(inner, max_size=5)
-    | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=8), inner, max_size=6),
-    max_leaves=30,
-))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+        | st.text(alphabet=st.characters(max_codepoint=0xDFFF, exclude_categories=["Cs"]), max_size=40),
+        lambda inner: (
+            st.lists(inner, max_size=5)
+            | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=8), inner, max_size=6)
+        ),
+        max_leaves=30,
+    )
+)
 def test_answers_every_ordinary_payload(value: Any) -> None:
     """What a decoded payload usually holds is never sent to the slow path."""
     assert speedups.stable_json(value) == python_stable_json(value)
@@ -147,29 +153,57 @@ def test_pure_python_path_passes_the_engine_suites() -> None:
     machine without a C compiler gets the same hashes and verdicts."""
     env = dict(os.environ, LOOPWARDEN_NO_EXTENSIONS="1")
     suites = [
-        "engine/test_stablejson.py", "engine/test_hashing.py", "engine/test_properties.py",
-        "tools/test_replay_cli.py", "engine/test_engine.py", "engine/test_detectors.py",
-        "engine/test_guard.py", "engine/test_warnings.py", "engine/test_spec7.py",
+        "engine/test_stablejson.py",
+        "engine/test_hashing.py",
+        "engine/test_properties.py",
+        "tools/test_replay_cli.py",
+        "engine/test_engine.py",
+        "engine/test_detectors.py",
+        "engine/test_guard.py",
+        "engine/test_warnings.py",
+        "engine/test_spec7.py",
     ]
-    assert subprocess.run(
-        [sys.executable, "-c", "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')"], env=env
-    ).returncode == 0
+    assert (
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from streams.engine import MODE, stablejson; assert stablejson.speedups is None; assert MODE.startswith('Python sources')",
+            ],
+            env=env,
+        ).returncode
+        == 0
+    )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
-        cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600,
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6), st.integers(-(2**53 - 1), 2**53 - 1), min_size=17, max_size=60))
+@given(
+    st.dictionaries(
+        st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6),
+        st.integers(-(2**53 - 1), 2**53 - 1),
+        min_size=17,
+        max_size=60,
+    )
+)
 def test_sorts_objects_with_many_keys(value: dict[str, int]) -> None:
     assert speedups.stable_json(value) == python_stable_json(value)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=300) | st.lists(st.sampled_from([b"[", b"{", b"]", b"}", b'"', b"a"]), max_size=5000).map(b"".join))
+@given(
+    st.binary(max_size=300)
+    | st.lists(st.sampled_from([b"[", b"{", b"]", b"}", b'"', b"a"]), max_size=5000).map(b"".join)
+)
 def test_openings_counts_what_the_two_counts_count(data: bytes) -> None:
     assert speedups.openings(data) == data.count(b"[") + data.count(b"{")
 

@@ -22,7 +22,10 @@ def test_every_case_has_a_unique_name_and_an_args_hash():
 
 def test_reordered_keys_hash_alike_and_a_veto_has_no_hash():
     by_name = {case["name"]: case["expected"] for case in json.loads(OUT.read_text(encoding="utf-8"))["cases"]}
-    assert by_name["key order does not matter"]["args_hash"] == by_name["key order does not matter (same args reordered)"]["args_hash"]
+    assert (
+        by_name["key order does not matter"]["args_hash"]
+        == by_name["key order does not matter (same args reordered)"]["args_hash"]
+    )
     assert by_name["loop-guard veto has no hash"]["result_hash"] is None
     assert by_name["another guard's veto is hashed"]["result_hash"] is not None
     assert by_name["unknown tool: pattern 1"]["unknown_tool_name"] == "frobnicate.v2"

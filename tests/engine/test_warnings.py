@@ -58,7 +58,12 @@ def test_engine_delivers_first_and_every_tenth():
     for i, v in enumerate(verdicts):
         if i < 3:
             assert (v.decision, v.level, v.detector, v.count, v.warning_key, v.message) == (
-                "allow", "none", None, 0, None, None,
+                "allow",
+                "none",
+                None,
+                0,
+                None,
+                None,
             )
         else:
             assert v.level == "warning" and v.detector == "generic_repeat"

@@ -46,7 +46,9 @@ def total(values: dict[str, float], prefix: str) -> float:
 def test_worker_serves_metrics(broker, tmp_path):
     topics = make_topics(broker.bootstrap)
     port = free_port()
-    with RealWorker(broker.bootstrap, topics, tmp_path, "--config", str(SAMPLE_CONFIG), "--web-port", str(port)) as worker:
+    with RealWorker(
+        broker.bootstrap, topics, tmp_path, "--config", str(SAMPLE_CONFIG), "--web-port", str(port)
+    ) as worker:
         deadline = time.monotonic() + 90
         status = None
         while time.monotonic() < deadline:
@@ -71,7 +73,10 @@ def test_worker_serves_metrics(broker, tmp_path):
         values: dict[str, float] = {}
         while time.monotonic() < deadline:
             values = samples(scrape(port)[2])
-            if total(values, "loopwarden_events_total") >= len(lines) and total(values, "loopwarden_deadletter_total") >= 1:
+            if (
+                total(values, "loopwarden_events_total") >= len(lines)
+                and total(values, "loopwarden_deadletter_total") >= 1
+            ):
                 break
             time.sleep(0.5)
         assert total(values, "loopwarden_events_total") == len(lines), values

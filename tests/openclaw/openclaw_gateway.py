@@ -30,18 +30,31 @@ class OpenClaw:
 
     def run_agent(self, home: Path, message: str) -> subprocess.CompletedProcess[str]:
         """`openclaw agent --local` for the `main` agent with this HOME; JSON on stdout."""
-        env = {**os.environ, "HOME": str(home), "PATH": f"{Path(self.node).parent}:{os.environ['PATH']}", "NO_COLOR": "1"}
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "PATH": f"{Path(self.node).parent}:{os.environ['PATH']}",
+            "NO_COLOR": "1",
+        }
         env.pop("LOOPWARDEN_CONFIG", None)
         return subprocess.run(
             [self.node, str(self.cli), "agent", "--local", "--agent", "main", "--message", message, "--json"],
-            env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT, cwd=home,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=AGENT_TIMEOUT,
+            cwd=home,
+        )
 
 
 def install() -> OpenClaw:
     """Node 24, openclaw and the built plugin; raises CalledProcessError with the failing step's stderr."""
-    node = subprocess.run([str(NODE_INFRA / "ensure-node.sh")], capture_output=True, text=True, check=True).stdout.strip()
-    home = subprocess.run([str(NODE_INFRA / "ensure-openclaw.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    node = subprocess.run(
+        [str(NODE_INFRA / "ensure-node.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    home = subprocess.run(
+        [str(NODE_INFRA / "ensure-openclaw.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
     subprocess.run([str(PLUGIN / "build.sh")], capture_output=True, text=True, check=True)
     return OpenClaw(node, Path(home) / "node_modules" / "openclaw" / "openclaw.mjs")
 
@@ -52,7 +65,11 @@ def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any],
     `extra` adds top-level sections; `agent_defaults` is merged into agents.defaults."""
     home = directory / "home"
     (home / ".openclaw").mkdir(parents=True)
-    defaults = {"model": {"primary": "scripted/scripted"}, "workspace": str(directory / "workspace"), **extra.pop("agent_defaults", {})}
+    defaults = {
+        "model": {"primary": "scripted/scripted"},
+        "workspace": str(directory / "workspace"),
+        **extra.pop("agent_defaults", {}),
+    }
     config = {
         "models": {"providers": {"scripted": provider_config(model_url)}},
         "agents": {"defaults": defaults},

@@ -94,7 +94,9 @@ class ScriptedModel:
             # The gateway's summariser (compaction) offers no tools and wants text.
             with self._lock:
                 self.summaries += 1
-            return Reply("Summary: the user asked for a command to be run; it was run several times with the same output.")
+            return Reply(
+                "Summary: the user asked for a command to be run; it was run several times with the same output."
+            )
         with self._lock:
             self.requests.append(messages)
             self.tools_offered = [t.get("function", {}).get("name") for t in body.get("tools") or []]
@@ -123,8 +125,12 @@ class ScriptedModel:
                     self._json(answer)
 
             def _overflow(self) -> None:
-                error = {"message": OVERFLOW_MESSAGE, "type": "invalid_request_error", "param": "messages",
-                         "code": "context_length_exceeded"}  # fmt: skip
+                error = {
+                    "message": OVERFLOW_MESSAGE,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
                 self._send_json(400, {"error": error})
 
             def _json(self, answer: ToolCall | Reply) -> None:

@@ -49,11 +49,15 @@ def openclaw() -> OpenClaw:
         return install()
     except subprocess.CalledProcessError as exc:
         if not _registry_reachable():
-            pytest.skip(f"the npm registry is unreachable, so Node 24, openclaw and the plugin's dependencies cannot be installed: {exc.stderr[-300:]}")
+            pytest.skip(
+                f"the npm registry is unreachable, so Node 24, openclaw and the plugin's dependencies cannot be installed: {exc.stderr[-300:]}"
+            )
         raise AssertionError(f"{exc.cmd} failed:\n{exc.stderr[-3000:]}") from None
 
 
-def loop_on_exec(counter: Path, *, stop_when: str, after: int = 1, overflow_after: int | None = None) -> Callable[[list[dict[str, Any]]], Any]:
+def loop_on_exec(
+    counter: Path, *, stop_when: str, after: int = 1, overflow_after: int | None = None
+) -> Callable[[list[dict[str, Any]]], Any]:
     """A model stuck on one shell command (each real execution appends a line to `counter`).
     It gives up once `after` tool results contain `stop_when`; with `overflow_after`, its
     provider reports a context overflow once, after that many tool results."""
@@ -88,10 +92,24 @@ def run_events(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, dict
 
 def explain(bootstrap: str, topics: dict[str, str], config: Path, run_id: str) -> str:
     done = subprocess.run(
-        [*LOOPWARDEN, "explain", run_id, "--bootstrap", bootstrap, "--events-topic", topics["events"],
-         "--decisions-topic", topics["decisions"], "--config", str(config)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [
+            *LOOPWARDEN,
+            "explain",
+            run_id,
+            "--bootstrap",
+            bootstrap,
+            "--events-topic",
+            topics["events"],
+            "--decisions-topic",
+            topics["decisions"],
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -106,10 +124,17 @@ def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     """The plugin's own tests (node --test): local hashing against tests/vectors/hashing.json
     and against the reference gateway's module, and the run bookkeeping (test/guard.test.ts)."""
     done = subprocess.run(
-        [openclaw.node, "--test", "--test-reporter=tap", *sorted(str(p) for p in (PLUGIN / "dist" / "test").glob("*.test.js"))],
+        [
+            openclaw.node,
+            "--test",
+            "--test-reporter=tap",
+            *sorted(str(p) for p in (PLUGIN / "dist" / "test").glob("*.test.js")),
+        ],
         env={**os.environ, "LOOPWARDEN_OPENCLAW_DIR": str(openclaw.package)},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
 
@@ -119,10 +144,16 @@ def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_pa
     config = loopwarden_config(tmp_path, warningThreshold=3, criticalThreshold=5)
     counter = tmp_path / "executions.txt"
     script = loop_on_exec(counter, stop_when="CRITICAL", after=3)
-    with Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker, ScriptedModel(script) as model:
+    with (
+        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
+        ScriptedModel(script) as model,
+    ):
         worker.wait_assigned()
-        home = gateway_home(tmp_path, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
-                                                       "decisionsTopic": topics["decisions"]})  # fmt: skip
+        home = gateway_home(
+            tmp_path,
+            model.base_url,
+            {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]},
+        )
         done = openclaw.run_agent(home, "Run the tests until they pass.")
         assert done.returncode == 0, done.stderr[-4000:]
         assert "I give up" in done.stdout
@@ -135,7 +166,10 @@ def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_pa
         assert len(warned) == 1 and warned[0].startswith("same output"), results  # shown with the call's own result
         assert results.index(warned[0]) == 3
         blocked = results[5:]
-        assert all(text.startswith("CRITICAL: exec was called 5 times with identical arguments and identical results") for text in blocked), blocked
+        assert all(
+            text.startswith("CRITICAL: exec was called 5 times with identical arguments and identical results")
+            for text in blocked
+        ), blocked
 
         events = run_events(broker.bootstrap, topics["events"])
         run_ids = {event["run_id"] for _, _, event in events}
@@ -158,19 +192,32 @@ def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_pa
         assert "published on the decision topic: 8 of 8 verdicts identical to the recomputed ones" in timeline
 
 
-def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
+def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(
+    openclaw: OpenClaw, broker, tmp_path: Path
+) -> None:
     topics = names("openclaw-compaction")
-    config = loopwarden_config(tmp_path, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3})
+    config = loopwarden_config(
+        tmp_path, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3}
+    )
     counter = tmp_path / "executions.txt"
     script = loop_on_exec(counter, stop_when="ABORTED", overflow_after=3)
-    with Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker, ScriptedModel(script) as model:
+    with (
+        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
+        ScriptedModel(script) as model,
+    ):
         worker.wait_assigned()
         home = gateway_home(
-            tmp_path, model.base_url,
-            {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"], "localHashing": True},
+            tmp_path,
+            model.base_url,
+            {
+                "bootstrap": broker.bootstrap,
+                "eventsTopic": topics["events"],
+                "decisionsTopic": topics["decisions"],
+                "localHashing": True,
+            },
             # Compact even this short transcript when the provider reports an overflow.
             agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
-        )  # fmt: skip
+        )
         done = openclaw.run_agent(home, "Run the tests until they pass.")
         # The plugin ended the run through the SDK: the CLI reports the abort.
         assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
@@ -201,14 +248,24 @@ def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, 
         work = tmp_path / policy
         counter = work / "executions.txt"
         with ScriptedModel(loop_on_exec(counter, stop_when="", after=1)) as model:  # one call, then stop
-            home = gateway_home(work, model.base_url, {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"],
-                                                       "decisionsTopic": topics["decisions"], "timeoutMs": 800,
-                                                       "failurePolicy": policy})  # fmt: skip
+            home = gateway_home(
+                work,
+                model.base_url,
+                {
+                    "bootstrap": broker.bootstrap,
+                    "eventsTopic": topics["events"],
+                    "decisionsTopic": topics["decisions"],
+                    "timeoutMs": 800,
+                    "failurePolicy": policy,
+                },
+            )
             done = openclaw.run_agent(home, "Run the tests once.")
         return done, shown_results(model), executions(counter)
 
     with ThreadPoolExecutor(2) as pool:
-        (opened, open_results, open_runs), (closed, closed_results, closed_runs) = pool.map(one_call, ["fail_open", "fail_closed"])
+        (opened, open_results, open_runs), (closed, closed_results, closed_runs) = pool.map(
+            one_call, ["fail_open", "fail_closed"]
+        )
     for done in (opened, closed):
         assert done.returncode == 0, done.stderr[-4000:]
         assert "no verdict within 800 ms for run=" in done.stderr
@@ -218,4 +275,6 @@ def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, 
 
     assert "fail_closed applied, the call is blocked" in closed.stderr
     assert closed_runs == 0
-    assert closed_results == ["loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."]
+    assert closed_results == [
+        "loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."
+    ]

@@ -33,10 +33,19 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 """The current gateway exposes only `enabled`; its thresholds are the defaults."""
 
 MIX = {
-    "healthy": 0.25, "poll": 0.06, "ping_pong": 0.06, "unknown_tool": 0.06, "generic_repeat": 0.06,
-    "retry_progress": 0.04, "compaction_loop": 0.03, "exec_flags": 0.1, "argument_churn": 0.1,
-    "unchanged_write": 0.08, "untrusted_fetch": 0.08, "stuck_retry": 0.08,
-}  # fmt: skip
+    "healthy": 0.25,
+    "poll": 0.06,
+    "ping_pong": 0.06,
+    "unknown_tool": 0.06,
+    "generic_repeat": 0.06,
+    "retry_progress": 0.04,
+    "compaction_loop": 0.03,
+    "exec_flags": 0.1,
+    "argument_churn": 0.1,
+    "unchanged_write": 0.08,
+    "untrusted_fetch": 0.08,
+    "stuck_retry": 0.08,
+}
 """Every loop the gateway knows, section 7's included, with healthy runs around them."""
 
 COMPARED = ("decision", "detector", "count")
@@ -54,7 +63,9 @@ def _script(name: str) -> str:
     done = subprocess.run([str(NODE_SCRIPTS / name)], capture_output=True, text=True)
     if done.returncode != 0:
         if not _registry_reachable():
-            raise Unreachable(f"npm cannot reach the registry, so openclaw cannot be installed ({name}: {done.stderr.strip()[-300:]})")
+            raise Unreachable(
+                f"npm cannot reach the registry, so openclaw cannot be installed ({name}: {done.stderr.strip()[-300:]})"
+            )
         raise RuntimeError(f"{name} failed (exit {done.returncode}): {done.stderr.strip()}")
     return done.stdout.strip()
 
@@ -150,14 +161,31 @@ def compare(
             result.by_rule[rule] += 1
             ruled_keys.update((run, v["warning_key"]) for v in (ref, ref["modes"]["spec"]) if v.get("warning_key"))
             continue
-        result.divergences.append({
-            "seed": seed, "variant": result.variant, "run_id": run, "seq": seq, "scenario": scenario, "tool_name": ref["tool_name"],
-            "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
-            "openclaw": _brief(ref), "openclaw_with_7.4": _brief(ref["modes"]["spec"]), "loopwarden": _brief(lw),
-        })  # fmt: skip
+        result.divergences.append(
+            {
+                "seed": seed,
+                "variant": result.variant,
+                "run_id": run,
+                "seq": seq,
+                "scenario": scenario,
+                "tool_name": ref["tool_name"],
+                "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
+                "openclaw": _brief(ref),
+                "openclaw_with_7.4": _brief(ref["modes"]["spec"]),
+                "loopwarden": _brief(lw),
+            }
+        )
     for (run, seq), lw in mine.items():
         if lw.get("tool_name") is not None and lw.get("error") is None:
-            result.divergences.append({"seed": seed, "run_id": run, "seq": seq, "class": ("extra loopwarden verdict",), "loopwarden": _brief(lw)})
+            result.divergences.append(
+                {
+                    "seed": seed,
+                    "run_id": run,
+                    "seq": seq,
+                    "class": ("extra loopwarden verdict",),
+                    "loopwarden": _brief(lw),
+                }
+            )
     return result
 
 
@@ -172,7 +200,13 @@ def _label(verdict: dict[str, Any] | None) -> str:
 
 
 def run_seed(
-    ref: Reference, seed: int, runs: int, events: int, workdir: Path, loopwarden: Path = ROOT, variants: tuple[str, ...] = VARIANTS
+    ref: Reference,
+    seed: int,
+    runs: int,
+    events: int,
+    workdir: Path,
+    loopwarden: Path = ROOT,
+    variants: tuple[str, ...] = VARIANTS,
 ) -> list[Result]:
     """One seeded fleet trace; the files stay in `workdir` for reproducing a divergence."""
     from bench.fleet_trace import generate_lines, run_scenarios
@@ -199,7 +233,10 @@ def judge(
     realised = workdir / f"realised-{seed}.jsonl"
     config = workdir / "config.json"
     config.write_text(json.dumps(CONFIG))
-    harness = _run(f"openclaw harness, seed {seed}", [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)])
+    harness = _run(
+        f"openclaw harness, seed {seed}",
+        [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)],
+    )
     (workdir / f"openclaw-{seed}.jsonl").write_bytes(harness.stdout)
     reference = _lines(harness.stdout)
     compactions: dict[str, int] = {}
@@ -244,7 +281,11 @@ def _hashed(event: dict[str, Any], open_calls: dict[tuple[str, str], Any]) -> di
         fields, open_calls[key] = precompute_call(event["tool_name"], event.pop("args", None))
         event.update(fields)
     elif event["type"] == "tool_result":
-        event.update(precompute_result(event["tool_name"], open_calls.pop(key, None), event.pop("result", None), event.pop("error", None)))
+        event.update(
+            precompute_result(
+                event["tool_name"], open_calls.pop(key, None), event.pop("result", None), event.pop("error", None)
+            )
+        )
     return event
 
 
@@ -275,7 +316,15 @@ def shrink(ref: Reference, workdir: Path, divergence: dict[str, Any], loopwarden
     def diverges(candidate: list[str]) -> bool:
         trace = scratch / "trace.jsonl"
         trace.write_text("".join(line + "\n" for line in candidate))
-        (result,) = judge(ref, divergence["seed"], trace, scratch, lambda _: divergence["scenario"], loopwarden, (divergence["variant"],))
+        (result,) = judge(
+            ref,
+            divergence["seed"],
+            trace,
+            scratch,
+            lambda _: divergence["scenario"],
+            loopwarden,
+            (divergence["variant"],),
+        )
         found = result.divergences
         return any(d["seq"] == divergence["seq"] and d["class"][1:] == target for d in found)
 
@@ -329,14 +378,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--keep", type=Path, help="directory for the traces, verdicts and reproducers")
     parser.add_argument("--json", type=Path, help="write every divergence here, one JSON object per line")
-    parser.add_argument("--shrink", action="store_true", help="with --json: cut the first divergence of each class down to a short trace")
-    parser.add_argument("--variants", type=lambda text: tuple(text.split(",")), default=VARIANTS, help="raw,precomputed")
-    parser.add_argument("--loopwarden", type=Path, default=ROOT, help="the loopwarden tree whose replay is judged (default this one)")
+    parser.add_argument(
+        "--shrink",
+        action="store_true",
+        help="with --json: cut the first divergence of each class down to a short trace",
+    )
+    parser.add_argument(
+        "--variants", type=lambda text: tuple(text.split(",")), default=VARIANTS, help="raw,precomputed"
+    )
+    parser.add_argument(
+        "--loopwarden", type=Path, default=ROOT, help="the loopwarden tree whose replay is judged (default this one)"
+    )
     args = parser.parse_args(argv)
     ref = install()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="refdiff-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    results = [result for seed in args.seeds for result in run_seed(ref, seed, args.runs, args.events, workdir, args.loopwarden, args.variants)]
+    results = [
+        result
+        for seed in args.seeds
+        for result in run_seed(ref, seed, args.runs, args.events, workdir, args.loopwarden, args.variants)
+    ]
     print(summary(results))
     if args.json:
         shrunk: set[tuple[str, ...]] = set()

@@ -14,9 +14,16 @@ import refdiff
 
 # every rolling detector of the reference, blocking and warning, and both holes spec 7.4 closes
 EXERCISED = (
-    "block/generic_repeat", "warn/generic_repeat", "block/global_circuit_breaker", "block/known_poll_no_progress",
-    "warn/known_poll_no_progress", "block/ping_pong", "warn/ping_pong", "block/unknown_tool_repeat", "warn/argument_churn",
-)  # fmt: skip
+    "block/generic_repeat",
+    "warn/generic_repeat",
+    "block/global_circuit_breaker",
+    "block/known_poll_no_progress",
+    "warn/known_poll_no_progress",
+    "block/ping_pong",
+    "warn/ping_pong",
+    "block/unknown_tool_repeat",
+    "warn/argument_churn",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +39,12 @@ def _agree(reference: refdiff.Reference, workdir: Path, seeds: range, runs: int,
     seen = sum((r.seen for r in results), start=refdiff.Counter())
     assert [label for label in EXERCISED if not seen[label]] == [], "the traces no longer exercise these"
     divergences = [d for r in results for d in r.divergences]
-    shown = "\n".join(
-        json.dumps({**d, "reproducer": refdiff.reproducer(workdir, d)[-12:]}) for d in divergences[:5]
-    )  # fmt: skip
+    shown = "\n".join(json.dumps({**d, "reproducer": refdiff.reproducer(workdir, d)[-12:]}) for d in divergences[:5])
     assert not divergences, f"{refdiff.summary(results)}\nfirst divergences (last 12 events of each run):\n{shown}"
     rules = sum((r.by_rule for r in results), start=refdiff.Counter())
-    assert rules["unknown_tool_streak_skips_vetoes"] and rules["ping_pong_evidence_skips_vetoes"], refdiff.summary(results)
+    assert rules["unknown_tool_streak_skips_vetoes"] and rules["ping_pong_evidence_skips_vetoes"], refdiff.summary(
+        results
+    )
 
 
 def test_replay_decides_as_the_gateway_detector(reference: refdiff.Reference, tmp_path: Path) -> None:
@@ -56,7 +63,11 @@ def _verdict(decision: str, detector: str | None = None, count: int = 0, key: st
 
 def _line(seq: int, reference: dict, **modes: dict) -> dict:
     spec = modes.get("spec", reference)
-    rest = {"spec": spec, "unknownSkip": modes.get("unknownSkip", reference), "pingPongSkip": modes.get("pingPongSkip", reference)}
+    rest = {
+        "spec": spec,
+        "unknownSkip": modes.get("unknownSkip", reference),
+        "pingPongSkip": modes.get("pingPongSkip", reference),
+    }
     return {"run_id": "run-x-00000", "seq": seq, "tool_name": "t", **reference, "modes": rest}
 
 
@@ -67,8 +78,11 @@ def test_a_stricter_verdict_counts_only_when_one_rule_gives_it() -> None:
     ruled = _line(1, allowed, spec=block, unknownSkip=block)
     unruled = _line(2, allowed)  # no rule turns this allow into a block
     wrong_count = _line(3, allowed, spec=block, unknownSkip=block)
-    mine = [{"run_id": "run-x-00000", "seq": 1, **block}, {"run_id": "run-x-00000", "seq": 2, **block},
-            {"run_id": "run-x-00000", "seq": 3, **block, "count": 11}]  # fmt: skip
+    mine = [
+        {"run_id": "run-x-00000", "seq": 1, **block},
+        {"run_id": "run-x-00000", "seq": 2, **block},
+        {"run_id": "run-x-00000", "seq": 3, **block, "count": 11},
+    ]
     result = refdiff.compare(7, lambda _: "unknown_tool", [ruled, unruled, wrong_count], mine)
     assert result.by_rule == {"unknown_tool_streak_skips_vetoes": 1}
     assert [d["seq"] for d in result.divergences] == [2, 3]
@@ -80,9 +94,14 @@ def test_a_bucket_difference_counts_only_after_a_rule_changed_that_key() -> None
     block = _verdict("block", "ping_pong", 20, key)
     first = _line(1, _verdict("warn", "ping_pong", 20, key), spec=block, pingPongSkip=block)
     later = _line(2, quiet, spec=warn, pingPongSkip=warn)  # the reference used up the key's bucket at seq 1
-    lone = _line(3, _verdict("allow", "ping_pong", 21, "pingpong:c|d"), spec=_verdict("warn", "ping_pong", 21, "pingpong:c|d"))
-    mine = [{"run_id": "run-x-00000", "seq": 1, **block}, {"run_id": "run-x-00000", "seq": 2, **warn},
-            {"run_id": "run-x-00000", "seq": 3, **_verdict("warn", "ping_pong", 21, "pingpong:c|d")}]  # fmt: skip
+    lone = _line(
+        3, _verdict("allow", "ping_pong", 21, "pingpong:c|d"), spec=_verdict("warn", "ping_pong", 21, "pingpong:c|d")
+    )
+    mine = [
+        {"run_id": "run-x-00000", "seq": 1, **block},
+        {"run_id": "run-x-00000", "seq": 2, **warn},
+        {"run_id": "run-x-00000", "seq": 3, **_verdict("warn", "ping_pong", 21, "pingpong:c|d")},
+    ]
     result = refdiff.compare(7, lambda _: "ping_pong", [first, later, lone], mine)
     assert result.by_rule == {"ping_pong_evidence_skips_vetoes": 1, "warning_bucket_after_rule": 1}
     assert [d["seq"] for d in result.divergences] == [3]

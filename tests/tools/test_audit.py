@@ -71,8 +71,16 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def audit_cli(broker, topics, *extra: str) -> list[str]:
     return [
-        "audit", "--bootstrap", broker.bootstrap, "--events-topic", topics["events"],
-        "--decisions-topic", topics["decisions"], "--wait", "1s", *extra,
+        "audit",
+        "--bootstrap",
+        broker.bootstrap,
+        "--events-topic",
+        topics["events"],
+        "--decisions-topic",
+        topics["decisions"],
+        "--wait",
+        "1s",
+        *extra,
     ]
 
 
@@ -164,7 +172,9 @@ def test_what_if_another_config(broker, capsys, tmp_path):
         produce(broker.bootstrap, topics["events"], lines)
         wait_processed(worker, len(lines))
     stricter = tmp_path / "stricter.json"
-    stricter.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}))
+    stricter.write_text(
+        json.dumps({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}})
+    )
     code = cli_main(audit_cli(broker, topics, "--config", str(stricter), "--summary-only"))
     out = capsys.readouterr().out
     assert code == 1
@@ -184,16 +194,39 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
     """--since: a run that started before the point is named and not
     compared; a run that starts after it is audited exactly."""
     topics = make_topics(broker.bootstrap, partitions=1)
-    tight = FleetConfig(default=LoopDetectionConfig(enabled=True, warning_threshold=3, critical_threshold=5,
-                                                    global_circuit_breaker_threshold=6))
+    tight = FleetConfig(
+        default=LoopDetectionConfig(
+            enabled=True, warning_threshold=3, critical_threshold=5, global_circuit_breaker_threshold=6
+        )
+    )
 
     def run(run_id: str, first: int, n: int) -> list[bytes]:
         out = []
         for i in range(first, first + n):
-            out.append(json.dumps({"type": "tool_call", "run_id": run_id, "seq": 2 * i, "tool_call_id": f"c{i}",
-                                   "tool_name": "exec", "args": {"c": "make"}}).encode())
-            out.append(json.dumps({"type": "tool_result", "run_id": run_id, "seq": 2 * i + 1, "tool_call_id": f"c{i}",
-                                   "tool_name": "exec", "result": {"content": [{"type": "text", "text": "x"}]}}).encode())
+            out.append(
+                json.dumps(
+                    {
+                        "type": "tool_call",
+                        "run_id": run_id,
+                        "seq": 2 * i,
+                        "tool_call_id": f"c{i}",
+                        "tool_name": "exec",
+                        "args": {"c": "make"},
+                    }
+                ).encode()
+            )
+            out.append(
+                json.dumps(
+                    {
+                        "type": "tool_result",
+                        "run_id": run_id,
+                        "seq": 2 * i + 1,
+                        "tool_call_id": f"c{i}",
+                        "tool_name": "exec",
+                        "result": {"content": [{"type": "text", "text": "x"}]},
+                    }
+                ).encode()
+            )
         return out
 
     with EmulatedWorker(broker.bootstrap, topics, tight) as worker:
@@ -205,8 +238,20 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
         produce(broker.bootstrap, topics["events"], run("old", 4, 3) + run("new", 0, 7))
         wait_processed(worker, 8 + 6 + 14)
     config_file = tmp_path / "tight.json"
-    config_file.write_text(json.dumps({"tools": {"loopDetection": {
-        "enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCircuitBreakerThreshold": 6}}}))
+    config_file.write_text(
+        json.dumps(
+            {
+                "tools": {
+                    "loopDetection": {
+                        "enabled": True,
+                        "warningThreshold": 3,
+                        "criticalThreshold": 5,
+                        "globalCircuitBreakerThreshold": 6,
+                    }
+                }
+            }
+        )
+    )
     args = audit_cli(broker, topics, "--since", str(since), "--config", str(config_file))
     code = cli_main(args)
     out = capsys.readouterr().out
@@ -214,8 +259,15 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
     assert "warning: 1 runs started before the start point and were not compared: old (first seq 8)" in out
     assert "recomputed: 7 verdicts for 1 runs" in out
     # recomputing "old" from the point would have been wrong: its history is before it
-    wrong = run_audit(broker.bootstrap, tight, since_ms=since, events_topic=topics["events"],
-                      decisions_topic=topics["decisions"], wait=0, first_seq=100)
+    wrong = run_audit(
+        broker.bootstrap,
+        tight,
+        since_ms=since,
+        events_topic=topics["events"],
+        decisions_topic=topics["decisions"],
+        wait=0,
+        first_seq=100,
+    )
     assert wrong.mismatches and {m.run_id for m in wrong.mismatches} == {"old"}
     # --run narrows the audit to one run
     assert cli_main(audit_cli(broker, topics, "--run", "new", "--config", str(config_file))) == 0
@@ -223,7 +275,10 @@ def test_since_skips_runs_started_before(broker, capsys, tmp_path):
 
 
 def test_audit_errors(broker, capsys):
-    assert cli_main(["audit", "--bootstrap", broker.bootstrap, "--events-topic", "no-such-topic-" + uuid.uuid4().hex[:6]]) == 2
+    assert (
+        cli_main(["audit", "--bootstrap", broker.bootstrap, "--events-topic", "no-such-topic-" + uuid.uuid4().hex[:6]])
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
     assert cli_main(["audit", "--bootstrap", broker.bootstrap, "--since", "yesterday-ish"]) == 2
     assert "--since 'yesterday-ish'" in capsys.readouterr().err
@@ -262,8 +317,13 @@ def test_audit_real_worker(broker, tmp_path, capsys):
         report = None
         while time.monotonic() < deadline:
             assert worker.alive(), worker.log_tail()
-            report = run_audit(broker.bootstrap, load_config(SAMPLE_CONFIG).config,
-                               events_topic=topics["events"], decisions_topic=topics["decisions"], wait=0)
+            report = run_audit(
+                broker.bootstrap,
+                load_config(SAMPLE_CONFIG).config,
+                events_topic=topics["events"],
+                decisions_topic=topics["decisions"],
+                wait=0,
+            )
             if report.ok:
                 break
             time.sleep(1)
@@ -276,8 +336,11 @@ def test_audit_real_worker(broker, tmp_path, capsys):
             deadline = time.monotonic() + 60
             while True:
                 before = admin.list_group_offsets(worker.app_id)
-                committed = {tp.partition: om.offset for tp, om in before.get(worker.app_id, {}).items()
-                             if tp.topic == topics["events"]}
+                committed = {
+                    tp.partition: om.offset
+                    for tp, om in before.get(worker.app_id, {}).items()
+                    if tp.topic == topics["events"]
+                }
                 if committed == ends:
                     break
                 assert time.monotonic() < deadline, (committed, ends)

@@ -168,8 +168,7 @@ def test_kafka_python_reads_what_aiokafka_wrote(broker: LocalBroker) -> None:
             await producer.stop()
 
     asyncio.run(produce())
-    assert _consume_and_commit(broker.bootstrap, topic, _name("cross-group"), 3) == [
-        b"x0", b"x1", b"x2"]
+    assert _consume_and_commit(broker.bootstrap, topic, _name("cross-group"), 3) == [b"x0", b"x1", b"x2"]
 
 
 def test_topics_are_not_auto_created(broker: LocalBroker) -> None:
@@ -221,7 +220,12 @@ def test_cli_start_status_stop_across_processes(kafka_lib: Path, tmp_path: Path)
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "streams.cli", "broker", *args, "--data-dir", str(data)],
-            capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=90)
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+            timeout=90,
+        )
 
     started = cli("start")
     assert started.returncode == 0, started.stderr

@@ -21,7 +21,9 @@ SAMPLE = ROOT / "examples" / "sample-trace.jsonl"
 SAMPLE_CONFIG = ROOT / "examples" / "loopwarden.json5"
 
 TIGHT = FleetConfig(
-    default=LoopDetectionConfig(enabled=True, warning_threshold=3, critical_threshold=5, global_circuit_breaker_threshold=6)
+    default=LoopDetectionConfig(
+        enabled=True, warning_threshold=3, critical_threshold=5, global_circuit_breaker_threshold=6
+    )
 )
 
 
@@ -42,14 +44,24 @@ def looping_run(run: str = "r1") -> list[dict]:
 
     for i in range(6):
         add("tool_call", tool_call_id=f"e{i}", tool_name="exec", args={"command": "make"})
-        add("tool_result", tool_call_id=f"e{i}", tool_name="exec", result={"content": [{"type": "text", "text": "FAIL"}]})
+        add(
+            "tool_result",
+            tool_call_id=f"e{i}",
+            tool_name="exec",
+            result={"content": [{"type": "text", "text": "FAIL"}]},
+        )
     for i in range(2):
         add("tool_call", tool_call_id=f"u{i}", tool_name="web_serch", args={"q": "x"})
         add("tool_result", tool_call_id=f"u{i}", tool_name="web_serch", error="Unknown tool: web_serch")
     add("compaction")
     for i in range(3):
         add("tool_call", tool_call_id=f"r{i}", tool_name="read", args={"path": "a"})
-        add("tool_result", tool_call_id=f"r{i}", tool_name="read", result={"content": [{"type": "text", "text": "same"}]})
+        add(
+            "tool_result",
+            tool_call_id=f"r{i}",
+            tool_name="read",
+            result={"content": [{"type": "text", "text": "same"}]},
+        )
     events.append(dict(events[1]))  # a redelivered result: duplicate
     add("run_end")
     return events
@@ -89,9 +101,27 @@ def test_ping_pong_count_and_evidence():
     events = []
     for i in range(8):
         tool, path = ("read", "a") if i % 2 == 0 else ("write", "b")
-        events.append({"type": "tool_call", "run_id": "pp", "seq": 2 * i, "tool_call_id": f"c{i}", "tool_name": tool, "args": {"p": path}})
+        events.append(
+            {
+                "type": "tool_call",
+                "run_id": "pp",
+                "seq": 2 * i,
+                "tool_call_id": f"c{i}",
+                "tool_name": tool,
+                "args": {"p": path},
+            }
+        )
         if i != 4:  # the fifth call is blocked: a gateway does not run it
-            events.append({"type": "tool_result", "run_id": "pp", "seq": 2 * i + 1, "tool_call_id": f"c{i}", "tool_name": tool, "result": {"content": [{"type": "text", "text": path}]}})
+            events.append(
+                {
+                    "type": "tool_result",
+                    "run_id": "pp",
+                    "seq": 2 * i + 1,
+                    "tool_call_id": f"c{i}",
+                    "tool_name": tool,
+                    "result": {"content": [{"type": "text", "text": path}]},
+                }
+            )
     steps, _ = explain(lines(events), "pp", TIGHT)
     calls = [s for s in steps if s.type == "tool_call"]
     assert [s.measures.ping_pong for s in calls][:5] == [0, 0, 3, 4, 5]
@@ -108,18 +138,42 @@ def test_a_late_result_shows_the_call_it_completes():
     """A call that left the history before its result (historySize 2 here) is
     still the call its result completes: explain shows its args hash."""
     small = FleetConfig(default=LoopDetectionConfig(enabled=True, history_size=2))
-    events = [{"type": "tool_call", "run_id": "r", "seq": 0, "tool_call_id": "slow", "tool_name": "read", "args": {"p": "a"}}]
+    events = [
+        {"type": "tool_call", "run_id": "r", "seq": 0, "tool_call_id": "slow", "tool_name": "read", "args": {"p": "a"}}
+    ]
     for i in range(1, 3):
-        events.append({"type": "tool_call", "run_id": "r", "seq": 2 * i - 1, "tool_call_id": f"c{i}", "tool_name": "ls", "args": {"i": i}})
-        events.append({"type": "tool_result", "run_id": "r", "seq": 2 * i, "tool_call_id": f"c{i}", "tool_name": "ls", "result": {}})
-    events.append({"type": "tool_result", "run_id": "r", "seq": 5, "tool_call_id": "slow", "tool_name": "read", "result": {}})
+        events.append(
+            {
+                "type": "tool_call",
+                "run_id": "r",
+                "seq": 2 * i - 1,
+                "tool_call_id": f"c{i}",
+                "tool_name": "ls",
+                "args": {"i": i},
+            }
+        )
+        events.append(
+            {
+                "type": "tool_result",
+                "run_id": "r",
+                "seq": 2 * i,
+                "tool_call_id": f"c{i}",
+                "tool_name": "ls",
+                "result": {},
+            }
+        )
+    events.append(
+        {"type": "tool_result", "run_id": "r", "seq": 5, "tool_call_id": "slow", "tool_name": "read", "result": {}}
+    )
     steps, _ = explain(lines(events), "r", small)
     late = steps[-1]
     assert late.args_hash == steps[0].args_hash
     assert late.note == "its call had left the history unfinished: appended with the call's args hash"
 
 
-@pytest.mark.parametrize("run", ["run-healthy", "run-repeat", "run-poll", "run-pingpong", "run-unknown-tool", "run-compaction"])
+@pytest.mark.parametrize(
+    "run", ["run-healthy", "run-repeat", "run-poll", "run-pingpong", "run-unknown-tool", "run-compaction"]
+)
 def test_verdicts_are_the_engines(run):
     """Explain and replay agree on every verdict of the sample trace, and a
     fired detector's count is the measurement explain shows for it."""

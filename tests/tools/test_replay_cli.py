@@ -13,8 +13,16 @@ from schemas.codec import append_verdict, decode_event, encode_verdict
 from streams.engine import apply
 from streams.tools.replay import replay
 
-LOW_CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                          "globalCircuitBreakerThreshold": 7}}}
+LOW_CONFIG = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "warningThreshold": 3,
+            "criticalThreshold": 5,
+            "globalCircuitBreakerThreshold": 7,
+        }
+    }
+}
 
 
 def ev(kind, run, seq, **fields):
@@ -22,12 +30,20 @@ def ev(kind, run, seq, **fields):
 
 
 def tc(run, seq, tool="exec", args=None, cid=None):
-    return ev("tool_call", run, seq, tool_call_id=cid or f"{run}-{seq}", tool_name=tool,
-              args=args if args is not None else {"command": "ls"})
+    return ev(
+        "tool_call",
+        run,
+        seq,
+        tool_call_id=cid or f"{run}-{seq}",
+        tool_name=tool,
+        args=args if args is not None else {"command": "ls"},
+    )
 
 
 def tr(run, seq, cid, text="same", tool="exec"):
-    return ev("tool_result", run, seq, tool_call_id=cid, tool_name=tool, result={"content": [{"type": "text", "text": text}]})
+    return ev(
+        "tool_result", run, seq, tool_call_id=cid, tool_name=tool, result={"content": [{"type": "text", "text": text}]}
+    )
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -96,11 +112,13 @@ def test_no_config_means_defaults(tmp_path):
 def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path, config_file):
     good = loop_lines("r1", 6)
     lines = [
-        good[0], good[1],
+        good[0],
+        good[1],
         "this is not json",  # line 3
         "",  # line 4 (blank)
         ev("tool_cal", "r1", 50, tool_call_id="x", tool_name="t"),  # line 5
-        good[2], good[3],
+        good[2],
+        good[3],
         json.dumps({"type": "tool_call", "seq": 60, "tool_call_id": "x", "tool_name": "t"}),  # line 8
         *good[4:],
     ]
@@ -156,8 +174,13 @@ def test_abort_from_tool_result_is_written_in_order(tmp_path):
     proc = run_cli(str(events))
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert [(v["seq"], v["decision"]) for v in out] == [(2, "allow"), (4, "allow"), (6, "allow"), (7, "abort"),
-                                                        (8, "abort")]
+    assert [(v["seq"], v["decision"]) for v in out] == [
+        (2, "allow"),
+        (4, "allow"),
+        (6, "allow"),
+        (7, "abort"),
+        (8, "abort"),
+    ]
     assert out[3]["error"] == "compaction_loop_persisted"
 
 

@@ -63,16 +63,16 @@ def test_commands_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
 
 
 def test_broker_data_comes_from_the_package(installed: Path, tmp_path: Path) -> None:
-    code = (
-        "import streams.tools.broker as b; "
-        "print(b.POM); print(b.TEMPLATE.is_file()); print(b.kafka_version())"
-    )
+    code = "import streams.tools.broker as b; print(b.POM); print(b.TEMPLATE.is_file()); print(b.kafka_version())"
     done = run(installed, tmp_path, str(installed / "bin" / "python"), "-c", code)
     assert done.returncode == 0, done.stderr
     pom, template_found, version = done.stdout.split()
     assert Path(pom).is_relative_to(installed) and not Path(pom).is_relative_to(ROOT), pom
     assert template_found == "True"
-    assert version == (ROOT / "streams" / "tools" / "kafka" / "pom.xml").read_text().split("<kafka.version>")[1].split("<")[0]
+    assert (
+        version
+        == (ROOT / "streams" / "tools" / "kafka" / "pom.xml").read_text().split("<kafka.version>")[1].split("<")[0]
+    )
 
 
 def test_a_broker_starts_from_the_wheel(installed: Path, tmp_path: Path) -> None:

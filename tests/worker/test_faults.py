@@ -132,8 +132,12 @@ class Tail:
 
     def _run(self) -> None:
         consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=self.group is not None,
-            auto_offset_reset="earliest", allow_auto_create_topics=False, isolation_level="read_committed",
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=self.group is not None,
+            auto_offset_reset="earliest",
+            allow_auto_create_topics=False,
+            isolation_level="read_committed",
             reconnect_backoff_max_ms=500,
         )
         try:
@@ -201,8 +205,7 @@ class Tail:
             later = [t for t in self.first_seen.values() if t >= moment]
         return min(later) if later else None
 
-    def wait(self, predicate: Callable[[], bool], timeout: float, what: str,
-             workers: Sequence[Worker] = ()) -> float:
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str, workers: Sequence[Worker] = ()) -> float:
         """Wait until ``predicate()``; return the monotonic time it held."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -210,7 +213,9 @@ class Tail:
                 return time.monotonic()
             for w in workers:
                 if w.proc is not None and w.proc.poll() is not None:
-                    raise AssertionError(f"{w.name} exited ({w.proc.returncode}) waiting for {what}:\n{w.log()[-3000:]}")
+                    raise AssertionError(
+                        f"{w.name} exited ({w.proc.returncode}) waiting for {what}:\n{w.log()[-3000:]}"
+                    )
             time.sleep(0.05)
         logs = "\n".join(f"--- {w.name}\n{w.log()[-3000:]}" for w in workers)
         raise AssertionError(f"no {what} after {timeout}s (distinct verdicts {self.distinct()}):\n{logs}")
@@ -283,8 +288,16 @@ class Case:
 
 @contextlib.contextmanager
 def fault_case(
-    bootstrap: str, tmp_path: Path, name: str, *, runs: int, per_run: int, seed: int,
-    run_prefix: str | None = None, partitions: int = 4, reader_group: bool = False,
+    bootstrap: str,
+    tmp_path: Path,
+    name: str,
+    *,
+    runs: int,
+    per_run: int,
+    seed: int,
+    run_prefix: str | None = None,
+    partitions: int = 4,
+    reader_group: bool = False,
 ) -> Iterator[Case]:
     """Fresh topics and a trace for one fault; whatever happens, every worker
     still running is killed and the reader closed on the way out."""
@@ -328,7 +341,9 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
                     lambda restarted=restarted: (
                         case.tail.new_since(restarted) is not None or case.tail.distinct() >= len(case.expected)
                     ),
-                    120, "first new verdict after restart", case.workers[-1:],
+                    120,
+                    "first new verdict after restart",
+                    case.workers[-1:],
                 )
                 first_new = case.tail.new_since(restarted)
                 kills.append({"killed_at_verdicts": at, "recovery_s": round((first_new or resumed) - restarted, 2)})
@@ -340,8 +355,13 @@ def test_sigkill_mid_trace_and_restart(broker, tmp_path: Path) -> None:
     figures = case.check()
     assert all(k["killed_at_verdicts"] < len(case.expected) for k in kills), "each kill happened mid-trace"
     record_figures(
-        "sigkill_mid_trace", fault="SIGKILL x2 mid-trace, restart same data dir", events=len(case.lines), **figures,
-        kills=kills, recovery_s=max(k["recovery_s"] for k in kills), total_s=round(done - started, 1),
+        "sigkill_mid_trace",
+        fault="SIGKILL x2 mid-trace, restart same data dir",
+        events=len(case.lines),
+        **figures,
+        kills=kills,
+        recovery_s=max(k["recovery_s"] for k in kills),
+        total_s=round(done - started, 1),
     )
 
 
@@ -377,8 +397,11 @@ def test_crash_after_state_written_redelivers_only_duplicates(broker, tmp_path: 
     assert redelivered.get("verdicts", 0) == 0, redelivered
     assert figures["verdicts_published"] == len(case.expected), "no verdict published again"
     record_figures(
-        "crash_after_state_before_commit", fault="SIGKILL after state written, before offset commit",
-        events=len(case.lines), **figures, redelivered=redelivered["events"],
+        "crash_after_state_before_commit",
+        fault="SIGKILL after state written, before offset commit",
+        events=len(case.lines),
+        **figures,
+        redelivered=redelivered["events"],
         recognised_duplicates=redelivered["duplicates"],
         recovery_s=round(recovery, 2),
     )
@@ -415,8 +438,12 @@ def test_producer_retries_same_seq_twice(broker, tmp_path: Path) -> None:
     assert figures["verdicts_published"] == len(case.expected), "a retried event never gets a second verdict"
     assert counts["duplicates"] >= len(stream) - len(case.lines), counts
     record_figures(
-        "producer_retries", fault="same events published twice (same seq)", events=len(stream),
-        events_resent=len(stream) - len(case.lines), **figures, worker_duplicates=counts["duplicates"],
+        "producer_retries",
+        fault="same events published twice (same seq)",
+        events=len(stream),
+        events_resent=len(stream) - len(case.lines),
+        **figures,
+        worker_duplicates=counts["duplicates"],
         total_s=round(done - started, 1),
     )
 
@@ -453,8 +480,9 @@ def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
         time.sleep(1.0)
         left_at = time.monotonic()
         assert a.stop() == 0  # a leaves the group while events flow
-        b_only = case.tail.wait(lambda: bool(b.assignments()) and b.assignments()[-1] == set(range(6)), 90,
-                                "b owning every partition", [b])
+        b_only = case.tail.wait(
+            lambda: bool(b.assignments()) and b.assignments()[-1] == set(range(6)), 90, "b owning every partition", [b]
+        )
         feeder.join()
         done = case.tail.wait_distinct(len(case.expected), 120, [b])
         time.sleep(1.0)
@@ -463,10 +491,14 @@ def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
     per_worker = {w.name: int(w.lines("summary")[-1]["events"]) for w in (a, b)}
     assert all(per_worker.values()), per_worker
     record_figures(
-        "rebalance_join_leave", fault="2nd worker joins mid-trace, 1st leaves mid-trace", events=len(case.lines),
+        "rebalance_join_leave",
+        fault="2nd worker joins mid-trace, 1st leaves mid-trace",
+        events=len(case.lines),
         **figures,
-        processed_by=per_worker, join_rebalance_s=round(balanced - joined_at, 2),
-        leave_rebalance_s=round(b_only - left_at, 2), recovery_s=round(max(balanced - joined_at, b_only - left_at), 2),
+        processed_by=per_worker,
+        join_rebalance_s=round(balanced - joined_at, 2),
+        leave_rebalance_s=round(b_only - left_at, 2),
+        recovery_s=round(max(balanced - joined_at, b_only - left_at), 2),
         total_s=round(done - started, 1),
     )
 
@@ -500,8 +532,12 @@ def test_rocksdb_deleted_state_rebuilt_from_changelog(broker, tmp_path: Path) ->
         assert w2.stop() == 0
     figures = case.check()
     record_figures(
-        "rocksdb_deleted", fault="data dir deleted while stopped; restore from changelog", events=len(case.lines),
-        **figures, rocksdb_files_deleted=had, recovery_s=round(resumed - restarted, 2),
+        "rocksdb_deleted",
+        fault="data dir deleted while stopped; restore from changelog",
+        events=len(case.lines),
+        **figures,
+        rocksdb_files_deleted=had,
+        recovery_s=round(resumed - restarted, 2),
         total_s=round(done - restarted, 1),
     )
 
@@ -542,8 +578,13 @@ def test_broker_restart_mid_trace(own_broker: LocalBroker, tmp_path: Path) -> No
     figures = case.check()
     assert at < len(case.expected)
     record_figures(
-        "broker_restart", fault="broker restarted mid-trace (same port)", events=len(case.lines), **figures,
-        restarted_at_verdicts=at, broker_down_s=round(up - down, 2), recovery_s=round(resumed - up, 2),
+        "broker_restart",
+        fault="broker restarted mid-trace (same port)",
+        events=len(case.lines),
+        **figures,
+        restarted_at_verdicts=at,
+        broker_down_s=round(up - down, 2),
+        recovery_s=round(resumed - up, 2),
         total_s=round(done - down, 1),
     )
 
@@ -573,8 +614,11 @@ def test_slow_decision_consumer_paused_then_resumed(broker, tmp_path: Path) -> N
     assert held == 0, "nothing was read while paused"
     assert figures["repeats_identical"] == 0
     record_figures(
-        "slow_consumer", fault="decision consumer paused until the worker finished, then resumed",
-        events=len(case.lines), **figures, recovery_s=round(done - resumed, 2),
+        "slow_consumer",
+        fault="decision consumer paused until the worker finished, then resumed",
+        events=len(case.lines),
+        **figures,
+        recovery_s=round(done - resumed, 2),
     )
 
 
@@ -628,8 +672,11 @@ def test_sigterm_during_startup_exits_0(broker, tmp_path: Path, moment: str) -> 
         finish_on_restart(broker.bootstrap, case, tmp_path)
     figures = case.check()
     record_figures(
-        f"sigterm_during_startup_{moment}", fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
-        events=len(case.lines), **figures, exit_code=code,
+        f"sigterm_during_startup_{moment}",
+        fault=f"SIGTERM during start-up ({marker!r} logged), then restart",
+        events=len(case.lines),
+        **figures,
+        exit_code=code,
     )
 
 
@@ -649,5 +696,10 @@ def test_overdue_stop_exits_1_and_loses_nothing(broker, tmp_path: Path) -> None:
         assert overdue["stop_timeout"] == "0.001"
         finish_on_restart(broker.bootstrap, case, tmp_path)
     figures = case.check()
-    record_figures("overdue_stop", fault="SIGTERM with --stop-timeout 1ms, then restart", events=len(case.lines),
-                   **figures, exit_code=code)
+    record_figures(
+        "overdue_stop",
+        fault="SIGTERM with --stop-timeout 1ms, then restart",
+        events=len(case.lines),
+        **figures,
+        exit_code=code,
+    )

@@ -43,8 +43,13 @@ def _event(**fields: Any) -> bytes:
 
 
 def _deep(depth: int, inner: bytes = b"1") -> bytes:
-    return (b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-            + b"[" * depth + inner + b"]" * depth + b"}")
+    return (
+        b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+        + b"[" * depth
+        + inner
+        + b"]" * depth
+        + b"}"
+    )
 
 
 def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
@@ -71,9 +76,16 @@ def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
         ("missing type", json.dumps(no_type).encode(), b"bad", "missing_type"),
         ("tool_name of 5000 chars", _event(tool_name="t" * 5000), b"bad", "invalid"),
         ("JSON nested 10,000 deep (arrays)", _deep(10_000), b"bad", "not_json"),
-        ("JSON nested 10,000 deep (objects)",
-         b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-         + b'{"a":' * 10_000 + b"1" + b"}" * 10_000 + b"}", b"bad", "not_json"),
+        (
+            "JSON nested 10,000 deep (objects)",
+            b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+            + b'{"a":' * 10_000
+            + b"1"
+            + b"}" * 10_000
+            + b"}",
+            b"bad",
+            "not_json",
+        ),
         ("invalid UTF-8 in a string", _event(tool_name="X").replace(b'"X"', b'"\xff\xfe"'), b"bad", "not_json"),
         ("invalid UTF-8 outside strings", b"\xff\xfe\xfd", b"bad", "not_json"),
         ("invalid UTF-8 inside args", _event(args={"s": "X"}).replace(b'"X"', b'"\xc3\x28"'), b"bad", "not_json"),
@@ -88,16 +100,17 @@ def hostile_events() -> list[tuple[str, bytes | None, bytes | None, str]]:
 def valid_specials() -> list[tuple[str, bytes]]:
     """Odd but valid events: processed like any other (a verdict, no dead letter)."""
     return [
-        ("JSON object key of 1 MB in args",
-         _event(run_id="big-key", args={"k" * 1_000_000: 1})),
-        ("args of ~1,000,000 bytes (largest the default path takes)",
-         _event(run_id="big-args", args={"blob": "x" * 1_000_000})),
-        ("JSON nested 200 deep (under the 256 limit)",
-         _deep(200).replace(b'"run_id":"bad"', b'"run_id":"deep-ok"')),
-        ("float overflow 1e999 in args",
-         _event(run_id="inf", args={"x": 0}).replace(b'"x":0', b'"x":1e999')),
-        ("lone surrogate escape in args (a string cut through an emoji)",
-         _event(run_id="surrogate", args={"s": "cut \ud83d"})),
+        ("JSON object key of 1 MB in args", _event(run_id="big-key", args={"k" * 1_000_000: 1})),
+        (
+            "args of ~1,000,000 bytes (largest the default path takes)",
+            _event(run_id="big-args", args={"blob": "x" * 1_000_000}),
+        ),
+        ("JSON nested 200 deep (under the 256 limit)", _deep(200).replace(b'"run_id":"bad"', b'"run_id":"deep-ok"')),
+        ("float overflow 1e999 in args", _event(run_id="inf", args={"x": 0}).replace(b'"x":0', b'"x":1e999')),
+        (
+            "lone surrogate escape in args (a string cut through an emoji)",
+            _event(run_id="surrogate", args={"s": "cut \ud83d"}),
+        ),
     ]
 
 
@@ -168,9 +181,16 @@ def test_hostile_inputs_through_the_worker(broker, tmp_path: Path) -> None:
     assert counts["deadlettered"] == len(bad)
     assert len(corrected) == 1 and "agents.list[1].tools.loopDetection.criticalThreshold" in corrected[0]["msg"]
     record_figures(
-        "hostile_inputs", fault="hostile events interleaved with a valid trace, real worker",
-        events=len(stream), hostile=len(bad), dead_lettered=len(dead), odd_valid=len(odd), **figures,
-        worker_exits=0, total_s=round(done - started, 1), kinds=kinds,
+        "hostile_inputs",
+        fault="hostile events interleaved with a valid trace, real worker",
+        events=len(stream),
+        hostile=len(bad),
+        dead_lettered=len(dead),
+        odd_valid=len(odd),
+        **figures,
+        worker_exits=0,
+        total_s=round(done - started, 1),
+        kinds=kinds,
     )
 
 
@@ -230,8 +250,14 @@ def test_ten_megabyte_event_limits_along_the_path(broker, tmp_path: Path) -> Non
     assert counts["deadlettered_too_large"] == 1 and counts["deadletter_failed"] == 1, counts
     assert len(failed) == 1
     record_figures(
-        "ten_megabyte_event", fault="10 MB args; 2 MiB args; ~1 MiB args", events=3 + len(after), **figures,
-        refused_by=refused, largest_accepted_bytes=len(largest), dead_lettered=1, deadletter_failed=1,
+        "ten_megabyte_event",
+        fault="10 MB args; 2 MiB args; ~1 MiB args",
+        events=3 + len(after),
+        **figures,
+        refused_by=refused,
+        largest_accepted_bytes=len(largest),
+        dead_lettered=1,
+        deadletter_failed=1,
     )
 
 
@@ -242,10 +268,14 @@ BAD_CONFIGS = [
     ({"tools": {"loopDetection": {"historySize": 0}}}, "tools.loopDetection.historySize"),
     ({"tools": {"loopDetection": {"criticalThreshold": 2.5}}}, "tools.loopDetection.criticalThreshold"),
     ({"tools": {"loopDetection": {"detectors": {"pingPong": "yes"}}}}, "tools.loopDetection.detectors.pingPong"),
-    ({"tools": {"loopDetection": {"postCompactionGuard": {"windowSize": -1}}}},
-     "tools.loopDetection.postCompactionGuard.windowSize"),
-    ({"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"bogus": 1}}}]}},
-     "agents.list[0].tools.loopDetection.bogus"),
+    (
+        {"tools": {"loopDetection": {"postCompactionGuard": {"windowSize": -1}}}},
+        "tools.loopDetection.postCompactionGuard.windowSize",
+    ),
+    (
+        {"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"bogus": 1}}}]}},
+        "agents.list[0].tools.loopDetection.bogus",
+    ),
     ({"tools": {"loopDetection": {"enabled": "true"}}}, "tools.loopDetection.enabled"),
 ]
 
@@ -263,9 +293,20 @@ def test_bad_configs_refuse_to_start_with_the_path(tmp_path: Path) -> None:
         file = tmp_path / f"cfg-{i}.json"
         file.write_text(text)
         proc = subprocess.run(
-            [*LOOPWARDEN, "worker", "--bootstrap", "127.0.0.1:1", "--config", str(file),
-             "--data-dir", str(tmp_path / f"d{i}")],
-            capture_output=True, text=True, cwd=REPO, timeout=120,
+            [
+                *LOOPWARDEN,
+                "worker",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--config",
+                str(file),
+                "--data-dir",
+                str(tmp_path / f"d{i}"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
         )
         return proc.returncode, proc.stderr, path
 
@@ -277,8 +318,14 @@ def test_bad_configs_refuse_to_start_with_the_path(tmp_path: Path) -> None:
     for doc, path in BAD_CONFIGS:
         with pytest.raises(ValueError, match=path.replace("[", r"\[").replace("]", r"\]")):
             load_config(_write(tmp_path / "direct.json", doc))
-    record_figures("config_safety", fault="bad config at start-up", events=0,
-                   refused_by_cli=len(results), refused_by_loader=len(BAD_CONFIGS), exit_code=2)
+    record_figures(
+        "config_safety",
+        fault="bad config at start-up",
+        events=0,
+        refused_by_cli=len(results),
+        refused_by_loader=len(BAD_CONFIGS),
+        exit_code=2,
+    )
 
 
 def _write(path: Path, doc: Any) -> Path:
@@ -289,8 +336,16 @@ def _write(path: Path, doc: Any) -> Path:
 # -- state bounds at scale (engine level; the worker applies the same engine) --
 
 SCALE_CONFIG = {
-    "tools": {"loopDetection": {"enabled": True, "historySize": 30, "warningThreshold": 10, "criticalThreshold": 20,
-                                "globalCircuitBreakerThreshold": 30, "postCompactionGuard": {"windowSize": 3}}}
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "historySize": 30,
+            "warningThreshold": 10,
+            "criticalThreshold": 20,
+            "globalCircuitBreakerThreshold": 30,
+            "postCompactionGuard": {"windowSize": 3},
+        }
+    }
 }
 
 
@@ -313,19 +368,32 @@ def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
         if rng.random() < 0.5:  # a repeated call that changes every 50 calls: new warning keys all along
             tool, args = "exec", {"command": f"make {i // 50}"}
         seq += 1
-        call = {"type": "tool_call", "run_id": "long", "seq": seq, "tool_call_id": f"c{i}", "tool_name": tool,
-                "args": args}
+        call = {
+            "type": "tool_call",
+            "run_id": "long",
+            "seq": seq,
+            "tool_call_id": f"c{i}",
+            "tool_name": tool,
+            "args": args,
+        }
         outcome = apply(state, decode_event(encoder.encode(call)), config)
         state = outcome.state
         verdicts += len(outcome.verdicts)
         seq += 1
-        result = {"type": "tool_result", "run_id": "long", "seq": seq, "tool_call_id": f"c{i}", "tool_name": tool,
-                  "result": {"content": [{"type": "text", "text": f"out {rng.randrange(3)}"}]}}
+        result = {
+            "type": "tool_result",
+            "run_id": "long",
+            "seq": seq,
+            "tool_call_id": f"c{i}",
+            "tool_name": tool,
+            "result": {"content": [{"type": "text", "text": f"out {rng.randrange(3)}"}]},
+        }
         state = apply(state, decode_event(encoder.encode(result)), config).state
         if i % 5000 == 4999:
             seq += 1
-            state = apply(state, decode_event(encoder.encode({"type": "compaction", "run_id": "long", "seq": seq})),
-                          config).state
+            state = apply(
+                state, decode_event(encoder.encode({"type": "compaction", "run_id": "long", "seq": seq})), config
+            ).state
         max_history = max(max_history, len(state.history))
         max_keys = max(max_keys, len(state.warning_buckets))
         max_window = max(max_window, len(state.guard_window))
@@ -337,9 +405,17 @@ def _one_long_run(calls: int, tmp_path: Path) -> dict[str, Any]:
     assert max_keys == MAX_KEYS, "the warning-key cap was reached (and held)"
     steady = sizes[len(sizes) // 10 :]  # after the history and key caps are reached
     assert max(steady) <= 1.1 * max(sizes[: max(1, len(sizes) // 10)]) + 64 * MAX_KEYS, sizes
-    return {"calls": calls, "events": seq, "max_history": max_history, "max_warning_keys": max_keys,
-            "max_guard_window": max_window, "state_bytes_first": sizes[0], "state_bytes_max": max(sizes),
-            "state_bytes_last": sizes[-1], "seconds": round(elapsed, 1)}
+    return {
+        "calls": calls,
+        "events": seq,
+        "max_history": max_history,
+        "max_warning_keys": max_keys,
+        "max_guard_window": max_window,
+        "state_bytes_first": sizes[0],
+        "state_bytes_max": max(sizes),
+        "state_bytes_last": sizes[-1],
+        "seconds": round(elapsed, 1),
+    }
 
 
 def test_long_run_state_is_bounded(tmp_path: Path) -> None:
@@ -360,8 +436,10 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
     t = names("many")
     config = write_config(tmp_path)
     create_topics(broker.bootstrap, t, 4)
-    lines = [b'{"type":"tool_call","run_id":"m%07d","seq":1,"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}'
-             % (i, i) for i in range(runs)]  # fmt: skip
+    lines = [
+        b'{"type":"tool_call","run_id":"m%07d","seq":1,"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}' % (i, i)
+        for i in range(runs)
+    ]
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024)
     started = time.monotonic()
     try:
@@ -383,10 +461,16 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
     assert counts["events"] == runs and counts["verdicts"] == runs and counts["expired"] == runs, counts
     published = consume(broker.bootstrap, t["decisions"], count=runs, timeout=timeout, settle=0.5)
     figures = check_invariant([r.value for r in published], reference(lines, config))
-    return {"runs": runs, "events": runs, "expired": counts["expired"], **figures,
-            "produce_s": round(produced - started, 1),
-            "process_s": round(processed - produced, 1), "all_expired_after_s": round(expired_at - processed, 1),
-            "rocksdb_dir_bytes_at_end": rocks_bytes}
+    return {
+        "runs": runs,
+        "events": runs,
+        "expired": counts["expired"],
+        **figures,
+        "produce_s": round(produced - started, 1),
+        "process_s": round(processed - produced, 1),
+        "all_expired_after_s": round(expired_at - processed, 1),
+        "rocksdb_dir_bytes_at_end": rocks_bytes,
+    }
 
 
 @pytest.mark.integration

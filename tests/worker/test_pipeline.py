@@ -60,9 +60,25 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
     lines = make_trace(runs=32, events_per_run=24, seed=1)
     expected = reference(lines, config)
     create = subprocess.run(
-        [*LOOPWARDEN, "topics", "create", "--bootstrap", broker.bootstrap, "--partitions", "4",
-         "--events-topic", t["events"], "--decisions-topic", t["decisions"], "--deadletter-topic", t["deadletter"]],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        [
+            *LOOPWARDEN,
+            "topics",
+            "create",
+            "--bootstrap",
+            broker.bootstrap,
+            "--partitions",
+            "4",
+            "--events-topic",
+            t["events"],
+            "--decisions-topic",
+            t["decisions"],
+            "--deadletter-topic",
+            t["deadletter"],
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert create.returncode == 0, create.stderr
     assert f"created {t['events']} (4 partitions)" in create.stdout
@@ -70,7 +86,10 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
     trace.write_bytes(b"\n".join(lines) + b"\n")
     sent = subprocess.run(
         [*LOOPWARDEN, "produce", "--bootstrap", broker.bootstrap, "--topic", t["events"], str(trace)],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert sent.returncode == 0, sent.stderr
 
@@ -182,18 +201,39 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
     config = write_config(tmp_path)
     _topics(broker, t, 2)
     valid = make_trace(runs=3, events_per_run=10, seed=4, prefix="ok")
-    huge = json.dumps({"type": "tool_call", "run_id": "big", "seq": 1, "tool_call_id": "c", "tool_name": "t",
-                       "args": {"blob": "x" * 20_000}}).encode()
+    huge = json.dumps(
+        {
+            "type": "tool_call",
+            "run_id": "big",
+            "seq": 1,
+            "tool_call_id": "c",
+            "tool_name": "t",
+            "args": {"blob": "x" * 20_000},
+        }
+    ).encode()
     call = {"type": "tool_call", "run_id": "bad", "seq": 1, "tool_call_id": "c1", "tool_name": "exec"}
     bad: list[tuple[bytes, bytes | None, str]] = [
         (b"this is not json", b"bad", "not_json"),
         (json.dumps({**call, "seq": "one"}).encode(), b"bad", "invalid"),
         (json.dumps({k: v for k, v in call.items() if k != "run_id"}).encode(), b"bad", "invalid"),
         (json.dumps({**call, "type": "tool_cal"}).encode(), b"bad", "unknown_type"),
-        (b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-         + b"[" * 3000 + b"]" * 3000 + b"}", b"bad", "not_json"),
-        (b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
-         + b"[" * 600 + b"12345678901234567" + b"]" * 600 + b"}", b"bad", "not_json"),
+        (
+            b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+            + b"[" * 3000
+            + b"]" * 3000
+            + b"}",
+            b"bad",
+            "not_json",
+        ),
+        (
+            b'{"type":"tool_call","run_id":"bad","seq":1,"tool_call_id":"c","tool_name":"t","args":'
+            + b"[" * 600
+            + b"12345678901234567"
+            + b"]" * 600
+            + b"}",
+            b"bad",
+            "not_json",
+        ),
         (json.dumps({**call, "seq": 2**70}).encode(), b"bad", "invalid"),
         (huge, b"big", "too_large"),
         (json.dumps({**call, "run_id": "other"}).encode(), b"bad", "key_mismatch"),
@@ -214,8 +254,15 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
     refused = {line for line, _, _ in bad}
     expected = reference([line for line, _ in stream if line not in refused], config)
 
-    worker = Worker(broker.bootstrap, t, tmp_path, "w", config=config, partitions=2,
-                    extra=["--max-event-bytes", "10000", "--ttl", "2s", "--sweep-interval", "0.5s"])
+    worker = Worker(
+        broker.bootstrap,
+        t,
+        tmp_path,
+        "w",
+        config=config,
+        partitions=2,
+        extra=["--max-event-bytes", "10000", "--ttl", "2s", "--sweep-interval", "0.5s"],
+    )
     with worker:
         produce(broker.bootstrap, t["events"], [line for line, _ in stream], keys=[key for _, key in stream])
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=60, settle=0.5)
@@ -232,8 +279,11 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
             assert headers["loopwarden.reason"]
             assert headers["loopwarden.source.topic"] == t["events"]
             assert int(headers["loopwarden.source.offset"]) >= 0
-        worker.wait_for(lambda: int((worker.lines("summary") or [{}])[-1].get("deadlettered", 0)) == len(bad),
-                        15, "dead letters counted")
+        worker.wait_for(
+            lambda: int((worker.lines("summary") or [{}])[-1].get("deadlettered", 0)) == len(bad),
+            15,
+            "dead letters counted",
+        )
         assert len(worker.lines("deadletter")) == len(bad)
 
         # The TTL: once expired, seq 1 of "ttl" is a new run's first call.
@@ -246,9 +296,23 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
         assert worker.proc is not None and worker.proc.poll() is None, "the worker never crashed on input"
 
     cli = subprocess.run(
-        [*LOOPWARDEN, "tail", "--bootstrap", broker.bootstrap, "--deadletter", "--deadletter-topic", t["deadletter"],
-         "--from-beginning", "--max", str(len(bad)), "--timeout", "30s"],
-        capture_output=True, cwd=REPO, timeout=60,
+        [
+            *LOOPWARDEN,
+            "tail",
+            "--bootstrap",
+            broker.bootstrap,
+            "--deadletter",
+            "--deadletter-topic",
+            t["deadletter"],
+            "--from-beginning",
+            "--max",
+            str(len(bad)),
+            "--timeout",
+            "30s",
+        ],
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert cli.returncode == 0, cli.stderr
     shown = [json.loads(line) for line in cli.stdout.splitlines()]
@@ -264,7 +328,10 @@ def test_bad_config_refuses_to_start(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run(
         [*LOOPWARDEN, "worker", "--bootstrap", "127.0.0.1:1", "--config", str(bad), "--data-dir", str(tmp_path / "d")],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "tools.loopDetection.warningThreshold" in proc.stderr
@@ -280,8 +347,9 @@ def test_exactly_once_matches_replay(broker, tmp_path: Path) -> None:
     expected = reference(lines, config)
     _topics(broker, t, 4)
     produce(broker.bootstrap, t["events"], lines)
-    worker = Worker(broker.bootstrap, t, tmp_path, "eos", config=config,
-                    extra=["--processing-guarantee", "exactly_once"])
+    worker = Worker(
+        broker.bootstrap, t, tmp_path, "eos", config=config, extra=["--processing-guarantee", "exactly_once"]
+    )
     with worker:
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
         assert "event=fatal" not in worker.log()

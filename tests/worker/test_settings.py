@@ -26,11 +26,19 @@ def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for shown in ("(default 1h; e.g. 30m, 2h)", "(default 250ms)", "(default 2.8s)", "(default 20000)", "(default 5ms;"):
+    for shown in (
+        "(default 1h; e.g. 30m, 2h)",
+        "(default 250ms)",
+        "(default 2.8s)",
+        "(default 20000)",
+        "(default 5ms;",
+    ):
         assert shown in text, shown
 
 
-@pytest.mark.parametrize("seconds", [0.0, 0.005, 0.04, 0.25, 1.0, 1.5, 2.8, 45.0, 60.0, 90.0, 3600.0, 5400.0, 86400.0, 1e-4])
+@pytest.mark.parametrize(
+    "seconds", [0.0, 0.005, 0.04, 0.25, 1.0, 1.5, 2.8, 45.0, 60.0, 90.0, 3600.0, 5400.0, 86400.0, 1e-4]
+)
 def test_durations_are_printed_as_they_are_read(seconds: float) -> None:
     assert duration(format_duration(seconds)) == seconds
 
@@ -50,8 +58,22 @@ def test_bad_flush_interval_is_refused_naming_the_option(capsys: pytest.CaptureF
 
 def test_worker_argv_reproduces_every_setting() -> None:
     settings = parse(
-        "--batch-size", "500", "--flush-interval", "75ms", "--max-in-flight", "900", "--linger", "0",
-        "--ttl", "2h", "--standby-replicas", "0", "--commit-interval", "1s", "--web-port", "7001",
+        "--batch-size",
+        "500",
+        "--flush-interval",
+        "75ms",
+        "--max-in-flight",
+        "900",
+        "--linger",
+        "0",
+        "--ttl",
+        "2h",
+        "--standby-replicas",
+        "0",
+        "--commit-interval",
+        "1s",
+        "--web-port",
+        "7001",
     )
     again = parse(*worker_argv(settings))
     assert again == settings
