@@ -354,3 +354,24 @@ def test_exactly_once_matches_replay(broker, tmp_path: Path) -> None:
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
         assert "event=fatal" not in worker.log()
     _assert_same(values(records), expected)
+
+
+def test_spec7_loops_match_replay(broker, tmp_path: Path) -> None:
+    """The loops of spec §7 (an exec retried with other flags, argument churn,
+    unchanged writes, fresh untrusted-content ids, a blocked call retried) give
+    through a worker exactly what replay gives, with the gateway's default
+    thresholds: veto records, the exec walk and argument_churn included."""
+    from bench.fleet_trace import generate_lines
+
+    t = names("spec7")
+    config = write_config(tmp_path, {"tools": {"loopDetection": {"enabled": True}}})
+    mix = dict.fromkeys(("exec_flags", "argument_churn", "unchanged_write", "untrusted_fetch", "stuck_retry"), 1.0)
+    lines = [line.rstrip(b"\n") for line in generate_lines(runs=15, events=1500, seed=7, mix=mix)]
+    expected = reference(lines, config)
+    fired = {(v["decision"], v["detector"]) for v in map(json.loads, expected)}
+    assert {("warn", "argument_churn"), ("block", "global_circuit_breaker"), ("block", "generic_repeat")} <= fired
+    _topics(broker, t, 4)
+    produce(broker.bootstrap, t["events"], lines)
+    with Worker(broker.bootstrap, t, tmp_path, "w1", config=config):
+        records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
+    _assert_same(values(records), expected)
