@@ -335,6 +335,7 @@ def format_timeline(
         return "\n".join(lines) + "\n"
     first = steps[0]
     agents = {s.agent_id for s in steps if s.agent_id}
+    seq_width = max(5, *(len(str(s.seq)) for s in steps))  # gateways that seed seq from a clock
     lines = [
         f"run {run_id}: {len(steps)} events, agent {', '.join(sorted(agents)) or '(none: global config)'}",
         f"  config: {_config_line(steps[-1].config or first.config or LoopDetectionConfig())}",
@@ -343,7 +344,7 @@ def format_timeline(
         "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
         "  (Nv: N of them veto records); results: veto, fail = terminal exec failure, np = unchanged write",
         "",
-        f"{'seq':>5}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
+        f"{'seq':>{seq_width}}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
     ]
     wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 13, subsequent_indent=" " * 13)
     for s in steps:
@@ -359,7 +360,7 @@ def format_timeline(
         if s.kind:
             tool = f"{tool[: 15 - len(s.kind)]}[{s.kind}]" if len(tool) + len(s.kind) + 2 > 16 else f"{tool}[{s.kind}]"
         lines.append(
-            f"{s.seq:>5}  {s.type:<11} {tool:<16} {args:<8} {result:<12} {measures:<40} {s.guard:<10} {verdict}".rstrip()
+            f"{s.seq:>{seq_width}}  {s.type:<11} {tool:<16} {args:<8} {result:<12} {measures:<40} {s.guard:<10} {verdict}".rstrip()
         )
         if s.note:
             lines.append(" " * 13 + s.note)
