@@ -23,6 +23,8 @@ from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, encode_verdict
 from streams.apply import apply_safely
 
+from helpers import worker_command
+
 
 def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[str, str]:
     """Fresh events/decisions/deadletter topics with unique names."""
@@ -146,34 +148,18 @@ class RealWorker:
 
     def __init__(self, bootstrap: str, topics: dict[str, str], tmp_path, *extra: str, partitions: int = 3) -> None:
         import os
-        import sys
         from pathlib import Path
 
         self.app_id = f"lw-test-{uuid.uuid4().hex[:6]}"
         self.log_path = Path(tmp_path) / f"{self.app_id}.log"
-        self.args = [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "worker",
-            "--bootstrap",
+        self.args = worker_command(
             bootstrap,
-            "--events-topic",
-            topics["events"],
-            "--decisions-topic",
-            topics["decisions"],
-            "--deadletter-topic",
-            topics["deadletter"],
-            "--partitions",
-            str(partitions),
-            "--app-id",
-            self.app_id,
-            "--data-dir",
-            str(Path(tmp_path) / f"{self.app_id}-data"),
-            "--standby-replicas",
-            "0",
-            *extra,
-        ]
+            topics,
+            app_id=self.app_id,
+            data_dir=Path(tmp_path) / f"{self.app_id}-data",
+            partitions=partitions,
+            extra=extra,
+        )
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.cwd = Path(__file__).resolve().parents[1]
         self.proc = None

@@ -262,6 +262,41 @@ def values(records: Iterable[Any]) -> list[bytes]:
 # -- workers -----------------------------------------------------------------
 
 
+def worker_command(
+    bootstrap: str,
+    topics: dict[str, str],
+    *,
+    app_id: str,
+    data_dir: Path,
+    partitions: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of a `loopwarden worker` on a test's own topics, app
+    id and data dir; no standby replicas, since a test worker has no peer to
+    keep them. `extra` options come last, so they override these."""
+    return [
+        *LOOPWARDEN,
+        "worker",
+        "--bootstrap",
+        bootstrap,
+        "--app-id",
+        app_id,
+        "--events-topic",
+        topics["events"],
+        "--decisions-topic",
+        topics["decisions"],
+        "--deadletter-topic",
+        topics["deadletter"],
+        "--partitions",
+        str(partitions),
+        "--data-dir",
+        str(data_dir),
+        "--standby-replicas",
+        "0",
+        *extra,
+    ]
+
+
 class Worker:
     """A real `loopwarden worker` subprocess with its own data dir and log."""
 
@@ -279,38 +314,27 @@ class Worker:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
-        self.args = [
-            *LOOPWARDEN,
-            "worker",
-            "--bootstrap",
+        self.args = worker_command(
             bootstrap,
-            "--app-id",
-            topics["app_id"],
-            "--events-topic",
-            topics["events"],
-            "--decisions-topic",
-            topics["decisions"],
-            "--deadletter-topic",
-            topics["deadletter"],
-            "--partitions",
-            str(partitions),
-            "--data-dir",
-            str(self.data_dir),
-            "--standby-replicas",
-            "0",
-            "--session-timeout",
-            "6s",
-            "--heartbeat-interval",
-            "0.5s",
-            "--commit-interval",
-            "0.5s",
-            "--recovery-delay",
-            "0",
-            "--stats-interval",
-            "1s",
-            *(["--config", str(config)] if config else []),
-            *extra,
-        ]
+            topics,
+            app_id=topics["app_id"],
+            data_dir=self.data_dir,
+            partitions=partitions,
+            extra=[
+                "--session-timeout",
+                "6s",
+                "--heartbeat-interval",
+                "0.5s",
+                "--commit-interval",
+                "0.5s",
+                "--recovery-delay",
+                "0",
+                "--stats-interval",
+                "1s",
+                *(["--config", str(config)] if config else []),
+                *extra,
+            ],
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 
