@@ -14,13 +14,14 @@ import time
 import uuid
 from collections.abc import Callable
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from schemas.config import FleetConfig
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, encode_verdict
+from streams import kafka_clients
 from streams.apply import apply_safely
 
 from helpers import worker_command
@@ -34,7 +35,7 @@ def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[
         "decisions": f"{tag}.decisions",
         "deadletter": f"{tag}.deadletter",
     }
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="loopwarden-tests")
+    admin = kafka_clients.admin(bootstrap, client_id="loopwarden-tests")
     try:
         admin.create_topics([NewTopic(name, partitions, 1) for name in names.values()])
     finally:
@@ -44,7 +45,7 @@ def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[
 
 
 def _wait_for_topics(bootstrap: str, names, partitions: int, timeout: float = 30.0) -> None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = kafka_clients.consumer(bootstrap, group_id=None)
     try:
         deadline = time.monotonic() + timeout
         for name in names:
@@ -98,8 +99,8 @@ class EmulatedWorker:
         self._thread.join(10)
 
     def _loop(self) -> None:
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, fetch_max_wait_ms=50)
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=0, acks="all")
+        consumer = kafka_clients.consumer(self.bootstrap, group_id=None, fetch_max_wait_ms=50)
+        producer = kafka_clients.producer(self.bootstrap, linger_ms=0, acks="all")
         parts = consumer.partitions_for_topic(self.topics["events"])
         tps = [TopicPartition(self.topics["events"], p) for p in sorted(parts)]
         consumer.assign(tps)

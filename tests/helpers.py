@@ -18,9 +18,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from schemas.configfile import load_config
+from streams import kafka_clients
 from streams.tools.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +211,7 @@ def names(prefix: str = "t") -> dict[str, str]:
 
 
 def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequence[bytes | None] | None = None) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
+    producer = kafka_clients.producer(bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
     try:
         for i, line in enumerate(lines):
             key = keys[i] if keys is not None else json.loads(line)["run_id"].encode()
@@ -223,8 +224,8 @@ def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequenc
 def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: float = 0.0) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
+    consumer = kafka_clients.consumer(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
