@@ -14,14 +14,17 @@ import time
 import uuid
 from collections.abc import Callable
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from schemas.config import FleetConfig
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, encode_verdict
+from streams import kafka_clients
 from streams.apply import apply_safely
+
+from helpers import worker_command
 
 
 def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[str, str]:
@@ -32,7 +35,7 @@ def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[
         "decisions": f"{tag}.decisions",
         "deadletter": f"{tag}.deadletter",
     }
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="loopwarden-tests")
+    admin = kafka_clients.admin(bootstrap, client_id="loopwarden-tests")
     try:
         admin.create_topics([NewTopic(name, partitions, 1) for name in names.values()])
     finally:
@@ -42,7 +45,7 @@ def make_topics(bootstrap: str, partitions: int = 3, prefix: str = "t") -> dict[
 
 
 def _wait_for_topics(bootstrap: str, names, partitions: int, timeout: float = 30.0) -> None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = kafka_clients.consumer(bootstrap, group_id=None)
     try:
         deadline = time.monotonic() + timeout
         for name in names:
@@ -96,8 +99,8 @@ class EmulatedWorker:
         self._thread.join(10)
 
     def _loop(self) -> None:
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, fetch_max_wait_ms=50)
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=0, acks="all")
+        consumer = kafka_clients.consumer(self.bootstrap, group_id=None, fetch_max_wait_ms=50)
+        producer = kafka_clients.producer(self.bootstrap, linger_ms=0, acks="all")
         parts = consumer.partitions_for_topic(self.topics["events"])
         tps = [TopicPartition(self.topics["events"], p) for p in sorted(parts)]
         consumer.assign(tps)
@@ -146,34 +149,18 @@ class RealWorker:
 
     def __init__(self, bootstrap: str, topics: dict[str, str], tmp_path, *extra: str, partitions: int = 3) -> None:
         import os
-        import sys
         from pathlib import Path
 
         self.app_id = f"lw-test-{uuid.uuid4().hex[:6]}"
         self.log_path = Path(tmp_path) / f"{self.app_id}.log"
-        self.args = [
-            sys.executable,
-            "-m",
-            "streams.cli",
-            "worker",
-            "--bootstrap",
+        self.args = worker_command(
             bootstrap,
-            "--events-topic",
-            topics["events"],
-            "--decisions-topic",
-            topics["decisions"],
-            "--deadletter-topic",
-            topics["deadletter"],
-            "--partitions",
-            str(partitions),
-            "--app-id",
-            self.app_id,
-            "--data-dir",
-            str(Path(tmp_path) / f"{self.app_id}-data"),
-            "--standby-replicas",
-            "0",
-            *extra,
-        ]
+            topics,
+            app_id=self.app_id,
+            data_dir=Path(tmp_path) / f"{self.app_id}-data",
+            partitions=partitions,
+            extra=extra,
+        )
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.cwd = Path(__file__).resolve().parents[1]
         self.proc = None

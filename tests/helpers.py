@@ -18,9 +18,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from schemas.configfile import load_config
+from streams import kafka_clients
 from streams.tools.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +211,7 @@ def names(prefix: str = "t") -> dict[str, str]:
 
 
 def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequence[bytes | None] | None = None) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
+    producer = kafka_clients.producer(bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
     try:
         for i, line in enumerate(lines):
             key = keys[i] if keys is not None else json.loads(line)["run_id"].encode()
@@ -223,8 +224,8 @@ def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequenc
 def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: float = 0.0) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
+    consumer = kafka_clients.consumer(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -262,6 +263,41 @@ def values(records: Iterable[Any]) -> list[bytes]:
 # -- workers -----------------------------------------------------------------
 
 
+def worker_command(
+    bootstrap: str,
+    topics: dict[str, str],
+    *,
+    app_id: str,
+    data_dir: Path,
+    partitions: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of a `loopwarden worker` on a test's own topics, app
+    id and data dir; no standby replicas, since a test worker has no peer to
+    keep them. `extra` options come last, so they override these."""
+    return [
+        *LOOPWARDEN,
+        "worker",
+        "--bootstrap",
+        bootstrap,
+        "--app-id",
+        app_id,
+        "--events-topic",
+        topics["events"],
+        "--decisions-topic",
+        topics["decisions"],
+        "--deadletter-topic",
+        topics["deadletter"],
+        "--partitions",
+        str(partitions),
+        "--data-dir",
+        str(data_dir),
+        "--standby-replicas",
+        "0",
+        *extra,
+    ]
+
+
 class Worker:
     """A real `loopwarden worker` subprocess with its own data dir and log."""
 
@@ -279,38 +315,27 @@ class Worker:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
-        self.args = [
-            *LOOPWARDEN,
-            "worker",
-            "--bootstrap",
+        self.args = worker_command(
             bootstrap,
-            "--app-id",
-            topics["app_id"],
-            "--events-topic",
-            topics["events"],
-            "--decisions-topic",
-            topics["decisions"],
-            "--deadletter-topic",
-            topics["deadletter"],
-            "--partitions",
-            str(partitions),
-            "--data-dir",
-            str(self.data_dir),
-            "--standby-replicas",
-            "0",
-            "--session-timeout",
-            "6s",
-            "--heartbeat-interval",
-            "0.5s",
-            "--commit-interval",
-            "0.5s",
-            "--recovery-delay",
-            "0",
-            "--stats-interval",
-            "1s",
-            *(["--config", str(config)] if config else []),
-            *extra,
-        ]
+            topics,
+            app_id=topics["app_id"],
+            data_dir=self.data_dir,
+            partitions=partitions,
+            extra=[
+                "--session-timeout",
+                "6s",
+                "--heartbeat-interval",
+                "0.5s",
+                "--commit-interval",
+                "0.5s",
+                "--recovery-delay",
+                "0",
+                "--stats-interval",
+                "1s",
+                *(["--config", str(config)] if config else []),
+                *extra,
+            ],
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 

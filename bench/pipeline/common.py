@@ -117,10 +117,10 @@ def tool_calls(messages: Sequence[tuple[bytes, bytes]]) -> int:
 
 async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes]]) -> float:
     """Publish keyed messages as fast as aiokafka allows; returns seconds."""
-    from aiokafka import AIOKafkaProducer
+    from streams import kafka_clients
 
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    producer = kafka_clients.aio_producer(
+        bootstrap,
         acks="all",
         linger_ms=20,
         max_batch_size=512 * 1024,
@@ -146,10 +146,12 @@ async def collect(
 ) -> list[tuple[int, bytes]]:
     """(timestamp ms, value) of a topic's records from the beginning until
     ``count`` arrived, ``idle`` seconds pass without one, or ``timeout``."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    from streams import kafka_clients
+
+    consumer = kafka_clients.aio_consumer(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",

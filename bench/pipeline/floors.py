@@ -20,12 +20,14 @@ from bench.pipeline import common as c
 
 
 async def raw_relay(bootstrap: str, source: str, destination: str, count: int) -> dict:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    from streams import kafka_clients
+
+    consumer = kafka_clients.aio_consumer(
+        bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
     )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = kafka_clients.aio_producer(bootstrap, acks="all", linger_ms=5)
     await consumer.start()
     await producer.start()
     try:

@@ -48,11 +48,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: float, warmup: float, runs: int) -> dict:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import TopicPartition
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    from streams import kafka_clients
+
+    producer = kafka_clients.aio_producer(bootstrap, acks="all", linger_ms=0)
+    consumer = kafka_clients.aio_consumer(
+        bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="latest",

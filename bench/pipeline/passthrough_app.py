@@ -15,9 +15,11 @@ import os
 
 import faust
 
+from streams import kafka_clients
+
 app = faust.App(
     os.environ.get("LW_APP", "passthrough"),
-    broker="kafka://" + os.environ.get("LW_BROKER", "127.0.0.1:9092"),
+    **kafka_clients.faust_connection(os.environ.get("LW_BROKER", "127.0.0.1:9092")),
     autodiscover=False,
     store="memory://",
     datadir=os.environ.get("LW_DATA", "/tmp/lw-passthrough"),

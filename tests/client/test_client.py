@@ -17,10 +17,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.verdicts import Verdict
+from streams import kafka_clients
 from streams.tools.broker import LocalBroker, free_port
 from streams.client import ClientVerdict, GuardClient, minimal_args
 from schemas.codec import decode_verdict
@@ -39,7 +40,7 @@ TIGHT = FleetConfig(
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 5.0) -> list[tuple[bytes | None, bytes]]:
     """Everything on a topic right now, partition by partition."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = kafka_clients.consumer(bootstrap, group_id=None, enable_auto_commit=False)
     try:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         consumer.assign(tps)

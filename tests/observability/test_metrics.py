@@ -8,6 +8,7 @@ import faust
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.verdicts import Verdict
+from streams import kafka_clients
 from streams.engine import Outcome
 from streams.observability.metrics import CONTENT_TYPE, Ownership, TopicPartition, WorkerMetrics, install
 
@@ -156,7 +157,9 @@ def test_two_workers_in_one_process_count_apart():
 
 
 def test_install_adds_the_page_to_a_faust_app():
-    app = faust.App("metrics-install-test", broker="kafka://127.0.0.1:1", web_enabled=True, autodiscover=False)
+    app = faust.App(
+        "metrics-install-test", **kafka_clients.faust_connection("127.0.0.1:1"), web_enabled=True, autodiscover=False
+    )
     view = install(app, WorkerMetrics())
     assert view.view_path == "/metrics"
     assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")

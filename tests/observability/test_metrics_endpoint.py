@@ -9,8 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
-
+from streams import kafka_clients
 from streams.tools.broker import free_port
 
 from emulated_worker import RealWorker, make_topics
@@ -62,7 +61,7 @@ def test_worker_serves_metrics(broker, tmp_path):
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
 
         lines = [line for line in SAMPLE.read_bytes().splitlines() if line.strip()]
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        producer = kafka_clients.producer(broker.bootstrap, acks="all")
         for line in lines:
             producer.send(topics["events"], key=json.loads(line)["run_id"].encode(), value=line)
         producer.send(topics["events"], key=b"junk", value=b"not json")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.verdicts import Verdict
+from streams import kafka_clients
 from streams.tools.audit import compare, parse_since, run_audit
 from streams.cli import main as cli_main
 from schemas.configfile import load_config
@@ -32,7 +32,7 @@ SAMPLE_CONFIG = ROOT / "examples" / "loopwarden.json5"
 
 
 def produce(bootstrap: str, topic: str, lines: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = kafka_clients.producer(bootstrap, acks="all", linger_ms=5)
     try:
         for line in lines:
             if line.strip():
@@ -59,9 +59,9 @@ def wait_processed(worker: EmulatedWorker, count: int, timeout: float = 30) -> N
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    consumer = kafka_clients.consumer(bootstrap, group_id=None)
     try:
         tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
         return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
@@ -85,7 +85,7 @@ def audit_cli(broker, topics, *extra: str) -> list[str]:
 
 
 def group_ids(bootstrap: str) -> set[str]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = kafka_clients.admin(bootstrap)
     try:
         return {g["group_id"] if isinstance(g, dict) else g[0] for g in admin.list_groups()}
     finally:
@@ -328,7 +328,7 @@ def test_audit_real_worker(broker, tmp_path, capsys):
                 break
             time.sleep(1)
         assert report is not None and report.ok, [(m.kind, m.run_id, m.seq) for m in report.mismatches][:10]
-        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        admin = kafka_clients.admin(broker.bootstrap)
         try:
             # wait until the worker has committed everything it read, so that
             # its own periodic commits cannot move the offsets during the audit

@@ -17,9 +17,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaTimeoutError
 
+from streams import kafka_clients
 from streams.tools.broker import BrokerError, LocalBroker, is_reachable
 
 pytestmark = pytest.mark.integration
@@ -40,13 +41,13 @@ def _port_open(port: int) -> bool:
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
+    with kafka_clients.admin(bootstrap) as admin:
         admin.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1}})
         admin.wait_for_topics([topic])
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = kafka_clients.producer(bootstrap, acks="all")
     try:
         for i, value in enumerate(values):
             producer.send(topic, key=b"k%d" % i, value=value).get(timeout=10)
@@ -55,9 +56,9 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:
-    consumer = KafkaConsumer(
+    consumer = kafka_clients.consumer(
+        bootstrap,
         topic,
-        bootstrap_servers=bootstrap,
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -78,7 +79,7 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> l
 
 
 def _committed_total(bootstrap: str, group: str) -> int:
-    with KafkaAdminClient(bootstrap_servers=bootstrap) as admin:
+    with kafka_clients.admin(bootstrap) as admin:
         offsets = admin.list_group_offsets({group: None})[group]
     return sum(meta.offset for meta in offsets.values())
 
@@ -95,7 +96,7 @@ def test_kafka_python_topic_produce_consume_commit(broker: LocalBroker) -> None:
     topic, group = _name("kp"), _name("kp-group")
     values = [b"v%d" % i for i in range(10)]
     _create_topic(broker.bootstrap, topic, partitions=3)
-    with KafkaAdminClient(bootstrap_servers=broker.bootstrap) as admin:
+    with kafka_clients.admin(broker.bootstrap) as admin:
         assert topic in admin.list_topics()
     _produce(broker.bootstrap, topic, values)
     assert sorted(_consume_and_commit(broker.bootstrap, topic, group, 10)) == sorted(values)
@@ -103,14 +104,14 @@ def test_kafka_python_topic_produce_consume_commit(broker: LocalBroker) -> None:
 
 
 def test_aiokafka_topic_produce_consume_commit(broker: LocalBroker) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     topic, group = _name("aio"), _name("aio-group")
     values = [b"a%d" % i for i in range(10)]
 
     async def scenario() -> list[bytes]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        # The one client the factory has no function for: reached with its connection settings.
+        admin = AIOKafkaAdminClient(**kafka_clients.connection(broker.bootstrap))
         await admin.start()
         try:
             await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
@@ -118,7 +119,7 @@ def test_aiokafka_topic_produce_consume_commit(broker: LocalBroker) -> None:
         finally:
             await admin.close()
 
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        producer = kafka_clients.aio_producer(broker.bootstrap, acks="all")
         await producer.start()
         try:
             for i, value in enumerate(values):
@@ -126,9 +127,9 @@ def test_aiokafka_topic_produce_consume_commit(broker: LocalBroker) -> None:
         finally:
             await producer.stop()
 
-        consumer = AIOKafkaConsumer(
+        consumer = kafka_clients.aio_consumer(
+            broker.bootstrap,
             topic,
-            bootstrap_servers=broker.bootstrap,
             group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
@@ -153,13 +154,11 @@ def test_aiokafka_topic_produce_consume_commit(broker: LocalBroker) -> None:
 
 
 def test_kafka_python_reads_what_aiokafka_wrote(broker: LocalBroker) -> None:
-    from aiokafka import AIOKafkaProducer
-
     topic = _name("cross")
     _create_topic(broker.bootstrap, topic, partitions=1)
 
     async def produce() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = kafka_clients.aio_producer(broker.bootstrap)
         await producer.start()
         try:
             for i in range(3):
@@ -174,7 +173,7 @@ def test_kafka_python_reads_what_aiokafka_wrote(broker: LocalBroker) -> None:
 def test_topics_are_not_auto_created(broker: LocalBroker) -> None:
     # Producing to an unknown topic must fail, not create it with a default
     # partition count (see streams/tools/kafka/server.properties.template).
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, max_block_ms=1500)
+    producer = kafka_clients.producer(broker.bootstrap, max_block_ms=1500)
     try:
         with pytest.raises(KafkaTimeoutError):
             producer.send(_name("missing"), b"x").get(timeout=3)

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from helpers import REPO, Worker, by_run, make_trace, names, produce, reference, write_config
+from streams import kafka_clients
 from streams.tools.broker import LocalBroker
 from streams.worker.settings import Topics
 from streams.worker.topics import ensure_topics
@@ -131,8 +132,8 @@ class Tail:
         self._thread.start()
 
     def _run(self) -> None:
-        consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+        consumer = kafka_clients.consumer(
+            self.bootstrap,
             group_id=self.group,
             enable_auto_commit=self.group is not None,
             auto_offset_reset="earliest",
@@ -230,7 +231,7 @@ class Tail:
 
 def produce_paced(bootstrap: str, topic: str, lines: Sequence[bytes], seconds: float, slices: int = 20) -> None:
     """Publish ``lines`` in ``slices`` batches spread over ``seconds``."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
+    producer = kafka_clients.producer(bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
     try:
         step = max(1, len(lines) // slices)
         for start in range(0, len(lines), step):

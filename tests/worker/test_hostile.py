@@ -21,7 +21,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
@@ -30,6 +29,7 @@ from helpers import LOOPWARDEN, REPO, Worker, consume, make_trace, names, produc
 from schemas.state import RunState
 from schemas.codec import decode_event
 from schemas.configfile import load_config
+from streams import kafka_clients
 from streams.engine import apply
 from streams.engine.warnings import MAX_KEYS
 from test_faults import Tail, check_invariant, create_topics, record_figures, summaries
@@ -115,7 +115,7 @@ def valid_specials() -> list[tuple[str, bytes]]:
 
 
 def _create(bootstrap: str, topic: str, partitions: int, configs: dict[str, str]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = kafka_clients.admin(bootstrap)
     try:
         admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
     finally:
@@ -149,7 +149,7 @@ def test_hostile_inputs_through_the_worker(broker, tmp_path: Path) -> None:
     started = time.monotonic()
     try:
         with Worker(broker.bootstrap, t, tmp_path, "w", config=config, partitions=2) as worker:
-            producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", max_request_size=4 * MIB)
+            producer = kafka_clients.producer(broker.bootstrap, acks="all", max_request_size=4 * MIB)
             try:
                 for value, key in stream:
                     producer.send(t["events"], key=key, value=value).get(30)
@@ -209,14 +209,14 @@ def test_ten_megabyte_event_limits_along_the_path(broker, tmp_path: Path) -> Non
     default_topic = names("limit")["events"]
     _create(broker.bootstrap, default_topic, 1, {})
     refused: dict[str, str] = {}
-    small = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    small = kafka_clients.producer(broker.bootstrap)
     try:
         with pytest.raises(KafkaError) as exc:
             small.send(default_topic, key=b"huge", value=ten_mb).get(30)
         refused["producer (max_request_size 1 MB)"] = type(exc.value).__name__
     finally:
         small.close()
-    big = KafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=16 * MIB, acks="all", retries=0)
+    big = kafka_clients.producer(broker.bootstrap, max_request_size=16 * MIB, acks="all", retries=0)
     try:
         with pytest.raises(KafkaError) as exc:
             big.send(default_topic, key=b"huge", value=ten_mb).get(30)
@@ -440,7 +440,7 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
         b'{"type":"tool_call","run_id":"m%07d","seq":1,"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}' % (i, i)
         for i in range(runs)
     ]
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024)
+    producer = kafka_clients.producer(broker.bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024)
     started = time.monotonic()
     try:
         for i, line in enumerate(lines):
