@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import TextIO
 
 from schemas.config import FleetConfig
+from schemas.jsonfile import read_document
 
 from streams.engine.config import ConfigError, Resolved, parse_config
 
@@ -28,17 +27,4 @@ def load_config(path: str | os.PathLike[str] | None) -> Resolved:
         path = os.environ.get(CONFIG_ENV) or None
     if path is None:
         return parse_config({})
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        import json5  # only JSON5 files pay for the slower parser
-
-        try:
-            document = json5.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: not valid JSON or JSON5: {exc}") from None
-    return parse_config(document)
+    return parse_config(read_document(path, "config", ConfigError))

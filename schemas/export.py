@@ -14,6 +14,7 @@ import msgspec
 
 from schemas.config import LoopDetectionBlock
 from schemas.events import Event
+from schemas.policy import PolicyFile
 from schemas.verdicts import Verdict
 
 SCHEMA_DIR = Path(__file__).with_name("json")
@@ -21,6 +22,7 @@ SCHEMAS: dict[str, Any] = {
     "events.schema.json": Event,
     "verdict.schema.json": Verdict,
     "loop-detection-config.schema.json": LoopDetectionBlock,
+    "policy.schema.json": PolicyFile,
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from msgspec import Struct, field
 
+from schemas.verdicts import COMPACTION_LOOP_PERSISTED, AbortError
+
 # How a result must be hashed, decided from the call's args when the call is
 # recorded, so that a result arriving without args is still hashed correctly.
 KIND_OTHER = 0
@@ -48,11 +50,14 @@ class Triple(Struct, array_like=True, gc=False, frozen=True):
 
 
 class Abort(Struct, array_like=True, gc=False, frozen=True):
-    """Why a run was aborted; later calls of the run are answered with it."""
+    """Why a run was aborted; later calls of the run are answered with it.
+
+    `detector` came last so that aborts stored before it decode as the guard's."""
 
     tool: str
     count: int
     message: str
+    detector: AbortError = COMPACTION_LOOP_PERSISTED
 
 
 MAX_UNFINISHED = 256
@@ -68,7 +73,7 @@ class RunState(Struct, kw_only=True, dict=True):
         arrived, so that a result sent without args still takes its call's args
         hash (and a veto record that left the history, so that a veto result for
     it still changes nothing); a state stored before it existed decodes with it
-    empty.
+    empty, as with the policy's `tool_calls` and `escalation`.
     """
 
     last_seq: int = -1
@@ -79,6 +84,10 @@ class RunState(Struct, kw_only=True, dict=True):
     guard_window: list[Triple] = field(default_factory=list)
     aborted: Abort | None = None
     unfinished: dict[str, Record] = field(default_factory=dict)
+    tool_calls: int = 0
+    """Tool calls numbered so far, under a policy (the budget's count)."""
+    escalation: list[bool] = field(default_factory=list)
+    """Under a policy with escalation, whether each of the last `window` judged calls was blocked."""
 
 
 class StoredRun(Struct, array_like=True):

@@ -16,14 +16,20 @@ DetectorName = Literal[
     "generic_repeat",
     "argument_churn",
     "compaction_loop_persisted",
+    "tool_call_budget",
+    "blocks_ignored",
 ]
+AbortError = Literal["compaction_loop_persisted", "tool_call_budget", "blocks_ignored"]
 COMPACTION_LOOP_PERSISTED: Literal["compaction_loop_persisted"] = "compaction_loop_persisted"
+TOOL_CALL_BUDGET: Literal["tool_call_budget"] = "tool_call_budget"
+BLOCKS_IGNORED: Literal["blocks_ignored"] = "blocks_ignored"
 
 
 class Verdict(Struct, kw_only=True):
     """One per tool call (and one for a tool result that makes the guard abort).
 
-    Consumers deduplicate by `(run_id, seq)`: at-least-once delivery may repeat
+    `shadow_decision` comes last so that, with no policy, a verdict's bytes are
+    those of before it plus `"shadow_decision":null`. Consumers deduplicate by `(run_id, seq)`: at-least-once delivery may repeat
     a verdict, always byte-identical.
     """
 
@@ -38,4 +44,6 @@ class Verdict(Struct, kw_only=True):
     message: str | None = None
     warning_key: str | None = None
     paired_tool_name: str | None = None
-    error: Literal["compaction_loop_persisted"] | None = None
+    error: AbortError | None = None
+    shadow_decision: Literal["warn", "block", "abort"] | None = None
+    """In shadow mode, what enforce mode would have answered (decision is then allow)."""

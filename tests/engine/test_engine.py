@@ -43,6 +43,7 @@ def test_plain_allow_verdict():
         "warning_key": None,
         "paired_tool_name": None,
         "error": None,
+        "shadow_decision": None,
     }
 
 
