@@ -7,6 +7,7 @@ from typing import Literal
 from msgspec import Struct
 
 Decision = Literal["allow", "warn", "block", "abort"]
+ShadowDecision = Literal["warn", "block", "abort"]
 Level = Literal["none", "warning", "critical"]
 DetectorName = Literal[
     "unknown_tool_repeat",
@@ -45,5 +46,5 @@ class Verdict(Struct, kw_only=True):
     warning_key: str | None = None
     paired_tool_name: str | None = None
     error: AbortError | None = None
-    shadow_decision: Literal["warn", "block", "abort"] | None = None
+    shadow_decision: ShadowDecision | None = None
     """In shadow mode, what enforce mode would have answered (decision is then allow)."""

@@ -17,6 +17,7 @@ from typing import Any
 from msgspec import UNSET
 
 from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
 from schemas.state import RunState, StoredRun
 from schemas.codec import decode_event, decode_stored, encode_stored
 from streams.engine import apply
@@ -169,8 +170,9 @@ def low(**overrides: Any) -> FleetConfig:
 class Driver:
     """Feeds events to the engine the way replay does: one state per run."""
 
-    def __init__(self, config: FleetConfig) -> None:
+    def __init__(self, config: FleetConfig, policy: FleetPolicy | None = None) -> None:
         self.config = config
+        self.policy = policy
         self.states: dict[str, RunState] = {}
         self.seqs: dict[str, int] = {}
         self.calls = 0
@@ -180,7 +182,7 @@ class Driver:
         return self.seqs[run]
 
     def feed(self, event: Any) -> list[Any]:
-        outcome = apply(self.states.get(event.run_id), event, self.config)
+        outcome = apply(self.states.get(event.run_id), event, self.config, self.policy)
         self.states[event.run_id] = outcome.state
         self.last_outcome = outcome
         return outcome.verdicts

@@ -1,6 +1,6 @@
 """The pure loop-detection engine: no Kafka, no clock, no globals.
 
-`apply(state, event, config) -> Outcome` is all there is: the run's new state
+`apply(state, event, config, policy=None) -> Outcome` is all there is: the run's new state
 and its verdicts, plus what the operator log and the counters need. The
 stream worker, `loopwarden replay` and the audit tools all call it.
 """

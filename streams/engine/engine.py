@@ -1,4 +1,4 @@
-"""`apply(state, event, config) -> Outcome`: the whole engine.
+"""`apply(state, event, config, policy) -> Outcome`: the whole engine.
 
 The engine owns the state it is given: it updates it in place and returns it
 (copying a 30-record history per event would be the single largest cost).
@@ -15,8 +15,9 @@ from msgspec import UNSET, Struct
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
+from schemas.policy import FleetPolicy, Policy
 from schemas.state import MAX_UNFINISHED, NO_PROGRESS, TERMINAL_FAILURE, VETO, Abort, Record, RunState, Triple
-from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Decision, Verdict
+from schemas.verdicts import BLOCKS_IGNORED, TOOL_CALL_BUDGET, Decision, ShadowDecision, Verdict
 from streams.engine import guard
 from streams.engine.detectors import detect
 from streams.engine.hashing import (
@@ -43,8 +44,9 @@ class Outcome(Struct, gc=False):
     duplicate: bool = False
 
 
-def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
-    """Apply one event to its run's state (None for a run never seen).
+def apply(state: RunState | None, event: Event, config: FleetConfig, policy: FleetPolicy | None = None) -> Outcome:
+    """Apply one event to its run's state (None for a run never seen), under
+    the policy file's settings for the run's agent (None: no policy file).
 
     A duplicate (seq not above the last processed) changes nothing. Hashing
     runs before any change, so an event whose payload cannot be hashed raises
@@ -61,12 +63,13 @@ def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
     if agent_id is None and not isinstance(event, ToolResult) and event.agent_id:
         agent_id = event.agent_id
     cfg = config.default if agent_id is None else config.for_agent(agent_id)
+    pol = None if policy is None else policy.for_agent(agent_id)
     armed = 0
     verdicts: list[Verdict] = []
     if isinstance(event, ToolCall):
-        verdicts.append(_on_call(state, event, cfg))
+        verdicts.append(_on_call(state, event, cfg, pol))
     elif isinstance(event, ToolResult):
-        verdict = _on_result(state, event, cfg)
+        verdict = _on_result(state, event, cfg, pol is not None and pol.shadow)
         if verdict is not None:
             verdicts.append(verdict)
     else:
@@ -77,18 +80,20 @@ def apply(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
     return Outcome(state, verdicts, armed)
 
 
-def _abort_verdict(event: ToolCall | ToolResult, abort: Abort) -> Verdict:
+def _abort_verdict(event: ToolCall | ToolResult, abort: Abort, shadow: bool = False) -> Verdict:
+    """The abort, or in shadow mode its one report: the call runs, the run goes on."""
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
         tool_call_id=event.tool_call_id,
         tool_name=event.tool_name,
-        decision="abort",
+        decision="allow" if shadow else "abort",
         level="critical",
-        detector=COMPACTION_LOOP_PERSISTED,
+        detector=abort.detector,
         count=abort.count,
         message=abort.message,
-        error=COMPACTION_LOOP_PERSISTED,
+        error=None if shadow else abort.detector,
+        shadow_decision="abort" if shadow else None,
     )
 
 
@@ -135,9 +140,71 @@ def _keep_unfinished(unfinished: dict[str, Record], call_id: str, record: Record
         del unfinished[next(iter(unfinished))]
 
 
-def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verdict:
+def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy | None) -> Verdict:
+    """Policy spec §2 in order: an aborted run, the budget, the detectors, escalation."""
     if state.aborted is not None:
         return _abort_verdict(event, state.aborted)
+    if pol is None:
+        return _detect(state, event, cfg, False)
+    state.tool_calls += 1
+    if state.tool_calls == pol.max_tool_calls + 1 and pol.max_tool_calls:
+        return _over_budget(state, event, cfg, pol)
+    verdict = _detect(state, event, cfg, pol.shadow)
+    return _escalate(state, event, verdict, pol) if pol.escalation else verdict
+
+
+def _over_budget(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy) -> Verdict:
+    limit = pol.max_tool_calls
+    abort = Abort(
+        event.tool_name,
+        limit,
+        f"ABORTED (tool_call_budget): this run used its budget of {limit} tool calls, and {event.tool_name} "
+        "would be one more. The run is stopped; report what was done and what is left.",
+        TOOL_CALL_BUDGET,
+    )
+    if not pol.shadow:
+        state.aborted = abort
+        return _abort_verdict(event, abort)
+    # It ran: recorded as an allowed call, and the run goes on to be judged by the detectors.
+    _record(
+        state,
+        _seen(state),
+        Record(event.tool_name, call_signature(event), event.tool_call_id, classify(event.tool_name, event.args)),
+        cfg.history_size,
+    )
+    return _abort_verdict(event, abort, True)
+
+
+def _escalate(state: RunState, event: ToolCall, verdict: Verdict, pol: Policy) -> Verdict:
+    """Remember whether this judged call was blocked; abort when blocked calls
+    reach `blockedCalls` among the last `window`."""
+    blocked = verdict.decision == "block" or verdict.shadow_decision == "block"
+    memory = state.escalation
+    memory.append(blocked)
+    if len(memory) > pol.window:
+        del memory[: len(memory) - pol.window]
+    if not blocked:
+        return verdict
+    count = memory.count(True)
+    if count < pol.blocked_calls:
+        return verdict
+    abort = Abort(
+        event.tool_name,
+        count,
+        f"ABORTED (blocks_ignored): {event.tool_name} was blocked again; the run kept calling what was "
+        f"blocked ({count} of its last {len(memory)} calls). The run is stopped: report the task as failed.",
+        BLOCKS_IGNORED,
+    )
+    if pol.shadow:
+        memory.clear()
+        return _abort_verdict(event, abort, True)
+    state.aborted = abort
+    return _abort_verdict(event, abort)
+
+
+def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: bool) -> Verdict:
+    """The rolling detectors (spec §4); in shadow mode a would-be block is
+    recorded as the allowed call it is, since the gateway runs it."""
     tool = event.tool_name
     args = event.args
     signature = call_signature(event)
@@ -146,7 +213,11 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
     seen = _seen(state)
     found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
     decision: Decision
-    if found is not None and found.level == "critical":
+    shadow_decision: ShadowDecision | None = None
+    if found is not None and found.level == "critical" and shadow:
+        decision, shadow_decision = "allow", "block"
+        _record(state, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
+    elif found is not None and found.level == "critical":
         decision = "block"
         # A veto record: it adds to the no-progress streak, so a run that keeps
         # trying a blocked call reaches the circuit breaker (spec §7.1).
@@ -158,6 +229,8 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
                 run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
             )
         decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
+        if shadow and decision == "warn":
+            decision, shadow_decision = "allow", "warn"
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
@@ -170,6 +243,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig) -> Verd
         message=found.message,
         warning_key=found.warning_key,
         paired_tool_name=found.paired_tool_name,
+        shadow_decision=shadow_decision,
     )
 
 
@@ -246,7 +320,7 @@ def _flags(facts: ResultHashes) -> int:
     return flags
 
 
-def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> Verdict | None:
+def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig, shadow: bool) -> Verdict | None:
     if state.aborted is not None:
         return None
     tool = event.tool_name
@@ -283,5 +357,10 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig) -> 
     count = guard.observe(state, Triple(record.tool, record.args_hash, result_hash), cfg)
     if not count:
         return None
-    state.aborted = Abort(record.tool, count, guard.abort_message(record.tool, count, cfg.window_size))
-    return _abort_verdict(event, state.aborted)
+    abort = Abort(record.tool, count, guard.abort_message(record.tool, count, cfg.window_size))
+    if shadow:  # reported once: the guard stands down until the next compaction
+        state.guard_remaining = 0
+        state.guard_window = []
+        return _abort_verdict(event, abort, True)
+    state.aborted = abort
+    return _abort_verdict(event, abort)
