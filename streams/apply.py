@@ -7,6 +7,7 @@ from __future__ import annotations
 from schemas.codec import BadEvent
 from schemas.config import FleetConfig
 from schemas.events import Event, ToolCall, ToolResult, is_set
+from schemas.policy import FleetPolicy
 from schemas.state import RunState
 from streams.engine import Outcome, apply
 from streams.engine.stablejson import python_stable_json
@@ -15,11 +16,13 @@ HASH_ERRORS = (RecursionError, ValueError, TypeError)
 """What hashing raises on a payload it cannot serialise."""
 
 
-def apply_safely(state: RunState | None, event: Event, config: FleetConfig) -> Outcome:
+def apply_safely(
+    state: RunState | None, event: Event, config: FleetConfig, policy: FleetPolicy | None = None
+) -> Outcome:
     """`apply`, with an event whose payload cannot be hashed refused as
     ``BadEvent`` (kind ``unhashable``, naming the field)."""
     try:
-        return apply(state, event, config)
+        return apply(state, event, config, policy)
     except HASH_ERRORS as exc:
         field = unhashable_field(event)
         if field is None:

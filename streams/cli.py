@@ -10,19 +10,24 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import NoReturn
 
+from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
+
+POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
 
 def _replay(args: argparse.Namespace) -> int:
     from schemas.configfile import load_config_for_cli
+    from schemas.policy import load_policy
     from streams.tools.replay import replay
 
     config = load_config_for_cli(args.config, sys.stderr)
+    policy = load_policy(args.policy)
     if args.events == "-":
-        return 1 if replay(sys.stdin.buffer, config, sys.stdout.buffer, sys.stderr) else 0
+        return 1 if replay(sys.stdin.buffer, config, sys.stdout.buffer, sys.stderr, policy) else 0
     try:
         with open(args.events, "rb") as lines:
-            refused = replay(lines, config, sys.stdout.buffer, sys.stderr)
+            refused = replay(lines, config, sys.stdout.buffer, sys.stderr, policy)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
@@ -133,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     replay = commands.add_parser("replay", help="recompute verdicts for a JSON-lines event file, offline")
     replay.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
 
@@ -219,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("--run", dest="run_filter", metavar="RUN_ID", help="audit only this run")
     audit.add_argument("--config", help="config to recompute with (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    audit.add_argument("--policy", help=POLICY_HELP)
     audit.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     audit.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     audit.add_argument(
@@ -245,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the run from the topics (default when --events is not given: $LOOPWARDEN_BOOTSTRAP or 127.0.0.1:9092)",
     )
     explain.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    explain.add_argument("--policy", help=POLICY_HELP)
     explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
@@ -258,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except ConfigError as exc:
         print(f"loopwarden: config error: {exc}", file=sys.stderr)
+        return 2
+    except PolicyError as exc:
+        print(f"loopwarden: policy error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -27,8 +27,8 @@ _MISSING = object()
 
 
 def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    """`loopwarden replay ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG, with `env` added."""
-    environ = {k: v for k, v in os.environ.items() if k != "LOOPWARDEN_CONFIG"} | env
+    """`loopwarden replay ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG and LOOPWARDEN_POLICY, with `env` added."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")} | env
     return subprocess.run(
         [sys.executable, "-m", "streams.cli", "replay", *args],
         input=stdin if stdin is not None else b"",

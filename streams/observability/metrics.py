@@ -69,7 +69,7 @@ class _PerEvent(Collector):
 
     def __init__(self) -> None:
         self.events: collections.Counter[str] = collections.Counter()
-        self.verdicts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.verdicts: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self.duplicates = 0
         self.guard_armed = 0
 
@@ -82,8 +82,9 @@ class _PerEvent(Collector):
         yield events
         verdicts = CounterMetricFamily(
             "loopwarden_verdicts",
-            'Verdicts published, by decision and detector ("none" when no detector fired).',
-            labels=["decision", "detector"],
+            "Verdicts published, by decision, detector and, in shadow mode, what enforcing would have "
+            'decided ("none" when no detector fired, or when enforcing decides the same).',
+            labels=["decision", "detector", "shadow_decision"],
         )
         for labels, n in self.verdicts.items():
             verdicts.add_metric(list(labels), n)
@@ -192,7 +193,7 @@ class WorkerMetrics:
         if outcome.armed:
             counts.guard_armed += 1
         for verdict in outcome.verdicts:
-            counts.verdicts[(verdict.decision, verdict.detector or "none")] += 1
+            counts.verdicts[(verdict.decision, verdict.detector or "none", verdict.shadow_decision or "none")] += 1
 
     def deadletter(self, kind: str = "other") -> None:
         self.deadletters.labels(kind=kind).inc()

@@ -50,6 +50,7 @@ from typing import Any, NamedTuple, TextIO
 import msgspec
 
 from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
 from schemas.events import ToolCall, ToolResult
 from schemas.state import RunState
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
@@ -198,7 +199,11 @@ class Recomputed:
 
 
 def recompute(
-    records: Iterable[Record], config: FleetConfig, whole_partitions: set[int], first_seq: int = 0
+    records: Iterable[Record],
+    config: FleetConfig,
+    whole_partitions: set[int],
+    first_seq: int = 0,
+    policy: FleetPolicy | None = None,
 ) -> Recomputed:
     """Apply a fresh engine to each whole run; set aside the partial ones (a
     run in a partition not read from offset 0 whose first event in the
@@ -221,7 +226,7 @@ def recompute(
                 continue
             out.runs.add(run_id)
         try:
-            outcome = apply_safely(states.get(run_id), event, config)
+            outcome = apply_safely(states.get(run_id), event, config, policy)
         except BadEvent as exc:
             out.refused.append(f"partition {record.partition} offset {record.offset}: {exc}")
             continue
@@ -371,6 +376,7 @@ def run_audit(
     decisions_topic: str = DECISIONS_TOPIC,
     wait: float = 5.0,
     first_seq: int = 0,
+    policy: FleetPolicy | None = None,
 ) -> AuditReport:
     """Recompute and compare; `since_ms=None` means from the beginning."""
     consumer = _consumer(bootstrap, "loopwarden-audit")
@@ -381,7 +387,7 @@ def run_audit(
         starts = start_offsets(consumer, event_tps, since_ms)
         whole = {tp.partition for tp in event_tps if starts[tp] == 0}
         key = _key_filter(run_id)
-        recomputed = recompute(read_range(consumer, starts, ends, key), config, whole, first_seq)
+        recomputed = recompute(read_range(consumer, starts, ends, key), config, whole, first_seq, policy)
 
         # Decisions: same period, from a margin before the start point to the
         # end, then up to `wait` seconds more for verdicts still missing.
@@ -551,10 +557,12 @@ def _difference_summary(report: AuditReport) -> list[str]:
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
+    from schemas.policy import load_policy
 
     out = out or sys.stdout
     err = err or sys.stderr
     config = load_config_for_cli(args.config, err)
+    policy = load_policy(args.policy)
     try:
         since_ms = parse_since(args.since) if args.since else None
         report = run_audit(
@@ -566,6 +574,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             decisions_topic=args.decisions_topic,
             wait=args.wait,
             first_seq=args.first_seq,
+            policy=policy,
         )
     except AuditError as exc:
         print(f"loopwarden audit: {exc}", file=err)

@@ -16,6 +16,7 @@ just before `apply`, so they are exactly what the detectors saw.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import sys
@@ -28,6 +29,7 @@ import msgspec
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Compaction, RunEnd, ToolCall, ToolResult
+from schemas.policy import FleetPolicy, Policy
 from schemas.state import (
     KIND_COMMAND_STATUS,
     KIND_OTHER,
@@ -93,6 +95,9 @@ class Step:
     agent_id: str | None = None
     config: LoopDetectionConfig | None = None
     history: int = 0
+    policy: Policy | None = None
+    tool_calls: int = 0
+    escalation: list[bool] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -109,6 +114,9 @@ class Step:
             "measures": msgspec.to_builtins(self.measures) if self.measures else None,
             "guard": self.guard,
             "history": self.history,
+            "mode": self.policy.mode if self.policy else None,
+            "tool_calls": self.tool_calls if self.policy else None,
+            "escalation": self.escalation,
             "note": self.note or None,
             "verdict": msgspec.to_builtins(self.verdict) if self.verdict else None,
         }
@@ -136,7 +144,9 @@ def _guard_text(state: RunState, cfg: LoopDetectionConfig) -> str:
     return "idle"
 
 
-def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig) -> tuple[list[Step], list[str]]:
+def explain(
+    items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig, policy: FleetPolicy | None = None
+) -> tuple[list[Step], list[str]]:
     """Steps of one run from (source, raw event) pairs; also the refusals."""
     state: RunState | None = None
     steps: list[Step] = []
@@ -155,6 +165,7 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             agent_id = event.agent_id
         cfg = config.for_agent(agent_id)
         step = Step(source, event.seq, type(event).__struct_config__.tag, run_id, agent_id=agent_id, config=cfg)
+        step.policy = None if policy is None else policy.for_agent(agent_id)
         if isinstance(event, (ToolCall, ToolResult)):
             step.tool = event.tool_name
             step.call_id = event.tool_call_id
@@ -197,7 +208,7 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             elif late:
                 step.note = "its call had left the history unfinished: appended with the call's args hash"
         try:
-            outcome = apply_safely(state, event, config)
+            outcome = apply_safely(state, event, config, policy)
         except BadEvent as exc:
             refused.append(f"{source}: {exc}")
             continue
@@ -217,6 +228,9 @@ def explain(items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig
             step.note = "blocked: recorded as a veto record (adds to this call's no-progress streak)"
         step.guard = _guard_text(state, cfg)
         step.history = len(state.history)
+        if step.policy is not None:
+            step.tool_calls = state.tool_calls
+            step.escalation = list(state.escalation) if step.policy.escalation else None
         steps.append(step)
     return steps, refused
 
@@ -322,7 +336,28 @@ def _verdict_text(v: Verdict | None) -> str:
     if v.decision == "allow" and v.detector is None:
         return "allow"
     text = v.decision.upper() if v.decision != "allow" else "allow"
+    if v.shadow_decision:
+        text += f" [shadow: {v.shadow_decision.upper()}]"
     text += f" {v.detector} ({v.level}, count {v.count})"
+    return text
+
+
+def _policy_line(p: Policy) -> str:
+    budget = f"budget {p.max_tool_calls} tool calls" if p.max_tool_calls else "no budget"
+    escalation = (
+        f"escalation at {p.blocked_calls} blocked of the last {p.window} calls" if p.escalation else "escalation off"
+    )
+    return f"mode {p.mode}; {budget}; {escalation}"
+
+
+def _policy_state(s: Step) -> str:
+    """The run's call count against its budget and its escalation memory (X blocked, . not)."""
+    p = s.policy
+    if p is None or s.type != "tool_call":
+        return ""
+    text = f"call {s.tool_calls}" + (f"/{p.max_tool_calls}" if p.max_tool_calls else "")
+    if s.escalation is not None:
+        text += " escalation [" + "".join("X" if b else "." for b in s.escalation) + "]"
     return text
 
 
@@ -339,6 +374,7 @@ def format_timeline(
     lines = [
         f"run {run_id}: {len(steps)} events, agent {', '.join(sorted(agents)) or '(none: global config)'}",
         f"  config: {_config_line(steps[-1].config or first.config or LoopDetectionConfig())}",
+        f"  policy: {_policy_line(steps[-1].policy) if steps[-1].policy else 'none (enforce; no budget; no escalation)'}",
         "  measures (before each call): np = no-progress streak (=result, ~result: exec failing the same way",
         "  across args variants, =veto: vetoes alone), unk = unknown-tool streak, pp = ping-pong count (<>paired",
         "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
@@ -364,9 +400,11 @@ def format_timeline(
         )
         if s.note:
             lines.append(" " * 13 + s.note)
+        if _policy_state(s):
+            lines.append(" " * 13 + "policy: " + _policy_state(s))
         v = s.verdict
         if v is not None and v.detector is not None:
-            if v.decision == "allow":
+            if v.decision == "allow" and v.shadow_decision is None:
                 next_at = (v.count // BUCKET_SIZE + 1) * BUCKET_SIZE
                 lines.append(
                     " " * 13 + f"warning not repeated (already delivered for key {shorten_key(v.warning_key or '')};"
@@ -391,6 +429,12 @@ def format_timeline(
     calls = sum(1 for s in steps if s.type == "tool_call")
     lines.append("")
     lines.append(f"summary: {calls} calls, {warned} warned, {blocked} blocked" + (", run ABORTED" if aborted else ""))
+    shadow = collections.Counter(s.verdict.shadow_decision for s in steps if s.verdict and s.verdict.shadow_decision)
+    if shadow:
+        lines.append(
+            "shadow mode: enforcing would have "
+            + ", ".join(f"{d}ed {shadow[d]}" for d in ("warn", "block", "abort") if shadow[d])
+        )
     if show_published:
         with_verdict = [s for s in steps if s.verdict is not None]
         same = sum(1 for s in with_verdict if s.published and len(s.published) == 1 and s.published[0] == s.verdict)
@@ -405,10 +449,12 @@ def format_timeline(
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden explain` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
+    from schemas.policy import load_policy
 
     out = out or sys.stdout
     err = err or sys.stderr
     config = load_config_for_cli(args.config, err)
+    policy = load_policy(args.policy)
     published: dict[int, list[Verdict]] | None = None
     if args.events:
         try:
@@ -427,7 +473,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2
-    steps, refused = explain(items, args.run_id, config)
+    steps, refused = explain(items, args.run_id, config, policy)
     if published is not None:
         for step in steps:
             step.published = published.get(step.seq, [])

@@ -105,7 +105,9 @@ def _expected(lines: list[bytes], settings: Settings) -> set[tuple[str, int]]:
     from streams.tools.replay import replay
 
     out = io.BytesIO()
-    replay(lines, load_config(settings.config_path).config, out, io.StringIO())
+    from schemas.policy import load_policy
+
+    replay(lines, load_config(settings.config_path).config, out, io.StringIO(), load_policy(settings.policy_path))
     expected = set()
     for line in out.getvalue().splitlines():
         verdict = json.loads(line)
@@ -190,10 +192,12 @@ def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
     from schemas.configfile import load_config
+    from schemas.policy import load_policy
     from streams.worker.topics import TopicError, ensure_topics
 
     settings = settings_from_args(args)
     resolved = load_config(settings.config_path)  # a bad config stops here (exit 2), before any process starts
+    load_policy(settings.policy_path)  # and so does a bad policy
     for note in resolved.notes:
         _say(f"config: {note}")
     if args.demo and not Path(args.demo).is_file():

@@ -11,6 +11,7 @@ from typing import BinaryIO, TextIO
 
 from schemas.codec import BadEvent, append_verdict, decode_event
 from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
 from schemas.state import RunState
 from streams.apply import apply_safely
 
@@ -18,7 +19,9 @@ _BLOCK = 1 << 16
 """Output is written in blocks of about this many bytes."""
 
 
-def replay(lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO) -> int:
+def replay(
+    lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO, policy: FleetPolicy | None = None
+) -> int:
     """Write one verdict line per verdict; return how many input lines were refused."""
     states: dict[str, RunState] = {}
     refused = 0
@@ -28,7 +31,7 @@ def replay(lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: Text
             continue
         try:
             event = decode_event(line)
-            outcome = apply_safely(states.get(event.run_id), event, config)
+            outcome = apply_safely(states.get(event.run_id), event, config, policy)
         except BadEvent as exc:
             refused += 1
             err.write(f"line {number}: {exc}\n")

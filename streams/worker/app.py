@@ -28,6 +28,7 @@ from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
 from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
 from streams import kafka_clients
 from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
@@ -96,7 +97,9 @@ def settle_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def create_app(settings: Settings, config: FleetConfig, events_partitions: int) -> tuple[WorkerApp, Processor]:
+def create_app(
+    settings: Settings, config: FleetConfig, events_partitions: int, policy: FleetPolicy | None = None
+) -> tuple[WorkerApp, Processor]:
     """The Faust app with its topic, table, processing task and timers."""
     app = WorkerApp(
         settings.app_id,
@@ -144,7 +147,7 @@ def create_app(settings: Settings, config: FleetConfig, events_partitions: int) 
             "block_cache_compressed_size": 0,
         },
     )
-    processor = Processor(app, settings, config, table)
+    processor = Processor(app, settings, config, table, policy)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
@@ -254,10 +257,12 @@ def run_worker(settings: Settings) -> int:
     turns it into exit 2) before anything connects to Kafka.
     """
     from schemas.configfile import load_config
+    from schemas.policy import load_policy
     from streams.worker.topics import TopicError, describe_partitions, ensure_topics
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
     resolved = load_config(settings.config_path)
+    policy = load_policy(settings.policy_path)
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
     try:
@@ -290,7 +295,7 @@ def run_worker(settings: Settings) -> int:
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
         )
-    app, _processor = create_app(settings, resolved.config, partitions)
+    app, _processor = create_app(settings, resolved.config, partitions, policy)
     logs.event(
         log,
         logging.INFO,

@@ -25,6 +25,7 @@ from faust.types.tuples import Message
 from schemas import topics
 from schemas.codec import BadEvent, decode_event, encode_verdict
 from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
 from streams.apply import apply_safely
 from streams.observability import logs
@@ -47,10 +48,13 @@ TAKES_PER_YIELD = 500
 class Processor:
     """State and behaviour of the worker's processing; one per worker process."""
 
-    def __init__(self, app: faust.App, settings: Settings, config: FleetConfig, table: Any) -> None:
+    def __init__(
+        self, app: faust.App, settings: Settings, config: FleetConfig, table: Any, policy: FleetPolicy | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
         self.config = config
+        self.policy = policy
         self.topic = settings.topics.events  # what the transport feeds (streams.worker.transport.Intake)
         self.decisions = settings.topics.decisions
         self.deadletter = settings.topics.deadletter
@@ -155,7 +159,7 @@ class Processor:
             slot = (message.partition, key)
             entry = self.states.load(slot)
             try:
-                outcome = apply_safely(entry.stored.state, decoded, self.config)
+                outcome = apply_safely(entry.stored.state, decoded, self.config, self.policy)
             except BadEvent:
                 raise
             except Exception as exc:  # an engine bug must not stop the fleet

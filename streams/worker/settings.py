@@ -95,6 +95,7 @@ class Settings:
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     config_path: str | None = None
+    policy_path: str | None = None
     app_id: str = "loopwarden"
     topics: Topics = field(default_factory=Topics)
     data_dir: Path = Path("data/worker")
@@ -179,6 +180,9 @@ def topics_from_args(args: argparse.Namespace) -> Topics:
 def add_worker_options(parser: argparse.ArgumentParser) -> None:
     """Options of ``loopwarden worker`` (and ``loopwarden up``) beyond topics."""
     parser.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    parser.add_argument(
+        "--policy", help="policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
+    )
     parser.add_argument(
         "--app-id",
         help=f"consumer group and table namespace (default ${APP_ID_ENV} or loopwarden)",
@@ -277,6 +281,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         bootstrap=default_bootstrap(args.bootstrap),
         config_path=args.config,
+        policy_path=args.policy,
         app_id=args.app_id or os.environ.get(APP_ID_ENV) or "loopwarden",
         topics=topics_from_args(args),
         data_dir=(args.data_dir or Path(os.environ.get(DATA_DIR_ENV) or "data/worker")).resolve(),
@@ -365,6 +370,8 @@ def worker_argv(settings: Settings) -> list[str]:
         argv += ["--deadletter-partitions", str(topics.deadletter_partitions)]
     if settings.config_path:
         argv += ["--config", settings.config_path]
+    if settings.policy_path:
+        argv += ["--policy", settings.policy_path]
     if settings.sweep_interval is not None:
         argv += ["--sweep-interval", format_duration(settings.sweep_interval)]
     if not settings.create_topics:

@@ -45,13 +45,22 @@ def lag_series(metrics: WorkerMetrics) -> dict[tuple[str, str], float]:
     }
 
 
-def verdict(decision: str, detector: str | None = None) -> Verdict:
-    return Verdict(run_id="r", seq=3, tool_call_id="c", tool_name="exec", decision=decision, detector=detector)
+def verdict(decision: str, detector: str | None = None, shadow: str | None = None) -> Verdict:
+    return Verdict(
+        run_id="r",
+        seq=3,
+        tool_call_id="c",
+        tool_name="exec",
+        decision=decision,
+        detector=detector,
+        shadow_decision=shadow,
+    )
 
 
 def feed(metrics: WorkerMetrics) -> None:
     metrics.outcome("tool_call", Outcome(None, [verdict("block", "generic_repeat")]))
     metrics.outcome("tool_call", Outcome(None, [verdict("allow")]))
+    metrics.outcome("tool_call", Outcome(None, [verdict("allow", "ping_pong", "block")]))
     metrics.outcome("compaction", Outcome(None, [], armed=3))
     metrics.outcome("tool_call", Outcome(None, [], duplicate=True))
     metrics.deadletter("not_json")
@@ -67,10 +76,16 @@ def test_names_labels_and_values_after_events():
     metrics = WorkerMetrics()
     feed(metrics)
     values = scrape(metrics)
-    assert values[("loopwarden_events_total", (("type", "tool_call"),))] == 3
+    assert values[("loopwarden_events_total", (("type", "tool_call"),))] == 4
     assert values[("loopwarden_events_total", (("type", "compaction"),))] == 1
-    assert values[("loopwarden_verdicts_total", (("decision", "block"), ("detector", "generic_repeat")))] == 1
-    assert values[("loopwarden_verdicts_total", (("decision", "allow"), ("detector", "none")))] == 1
+
+    def verdicts(decision: str, detector: str, shadow: str = "none") -> float:
+        labels = (("decision", decision), ("detector", detector), ("shadow_decision", shadow))
+        return values[("loopwarden_verdicts_total", labels)]
+
+    assert verdicts("block", "generic_repeat") == 1
+    assert verdicts("allow", "none") == 1
+    assert verdicts("allow", "ping_pong", "block") == 1  # shadow mode: what enforcing would do
     assert values[("loopwarden_duplicates_total", ())] == 1
     assert values[("loopwarden_guard_armed_total", ())] == 1
     assert values[("loopwarden_deadletter_total", (("kind", "not_json"),))] == 1
@@ -108,8 +123,8 @@ def test_summary_reads_the_same_counters():
     feed(metrics)
     metrics.batch()  # a batch not timed still counts
     assert metrics.summary() == {
-        "events": 4,
-        "verdicts": 2,
+        "events": 5,
+        "verdicts": 3,
         "block": 1,
         "duplicates": 1,
         "guards_armed": 1,

@@ -80,7 +80,12 @@ def test_worker_serves_metrics(broker, tmp_path):
             time.sleep(0.5)
         assert total(values, "loopwarden_events_total") == len(lines), values
         assert total(values, "loopwarden_verdicts_total") == 73
-        assert values['loopwarden_verdicts_total{decision="abort",detector="compaction_loop_persisted"}'] >= 1
+        assert (
+            values[
+                'loopwarden_verdicts_total{decision="abort",detector="compaction_loop_persisted",shadow_decision="none"}'
+            ]
+            >= 1
+        )
         assert total(values, "loopwarden_deadletter_total") == 1
         assert values["loopwarden_event_processing_seconds_count"] >= len(lines)
         assert "loopwarden_active_runs" in values
