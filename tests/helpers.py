@@ -21,6 +21,7 @@ from typing import Any
 from kafka import TopicPartition
 
 from schemas.configfile import load_config
+from schemas.policy import load_policy
 from streams import kafka_clients
 from streams.tools.replay import replay
 
@@ -175,10 +176,10 @@ def make_trace(runs: int, events_per_run: int = 24, *, seed: int = 7, prefix: st
     return lines
 
 
-def reference(lines: Iterable[bytes], config_path: Path | None) -> list[bytes]:
+def reference(lines: Iterable[bytes], config_path: Path | None, policy_path: Path | None = None) -> list[bytes]:
     """What `loopwarden replay` writes for these lines."""
     out = io.BytesIO()
-    replay(list(lines), load_config(config_path).config, out, io.StringIO())
+    replay(list(lines), load_config(config_path).config, out, io.StringIO(), load_policy(policy_path))
     return out.getvalue().splitlines()
 
 
@@ -343,6 +344,7 @@ class Worker:
         self._log = open(self.log_path, "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LOOPWARDEN_CONFIG", None)
+        env.pop("LOOPWARDEN_POLICY", None)
         self.proc = subprocess.Popen(
             self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env, stdin=subprocess.DEVNULL
         )
