@@ -271,6 +271,23 @@ def test_a_result_for_a_vetoed_call_is_a_new_record_of_that_call():
     )
 
 
+def test_results_of_blocked_calls_without_args_leave_the_run_where_results_with_args_do():
+    """A gateway that answers every call, blocked ones too, with a result
+    without args: each takes its call's args hash, so the loop stays blocked
+    exactly as with results that name their args (spec §6)."""
+    runs = []
+    for with_args in (True, False):
+        d = Driver(low())
+        decisions = []
+        for _ in range(12):
+            decisions.append(d.call("exec", {"c": 1}).decision)
+            d.result("exec", result=text_result("same"), **({"args": {"c": 1}} if with_args else {}))
+        runs.append((decisions, [(r.args_hash, r.flags, r.result_hash) for r in d.state().history]))
+    assert runs[0] == runs[1]
+    assert runs[1][0][5:] == ["block"] * 7
+    assert {args for args, _, _ in runs[1][1]} == {expected_args_hash("exec", {"c": 1})}
+
+
 def test_an_abort_leaves_no_record_and_the_guard_never_observes_vetoes():
     d = Driver(low(detectors={"genericRepeat": False, "pingPong": False}))
     d.compact()
