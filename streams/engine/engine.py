@@ -214,10 +214,7 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
     found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
     decision: Decision
     shadow_decision: ShadowDecision | None = None
-    if found is not None and found.level == "critical" and shadow:
-        decision, shadow_decision = "allow", "block"
-        _record(state, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
-    elif found is not None and found.level == "critical":
+    if found is not None and found.level == "critical" and not shadow:
         decision = "block"
         # A veto record: it adds to the no-progress streak, so a run that keeps
         # trying a blocked call reaches the circuit breaker (spec §7.1).
@@ -228,9 +225,12 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
             return Verdict(
                 run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
             )
-        decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
-        if shadow and decision == "warn":
-            decision, shadow_decision = "allow", "warn"
+        if found.level == "critical":  # in shadow mode: it runs
+            decision, shadow_decision = "allow", "block"
+        else:
+            decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
+            if shadow and decision == "warn":
+                decision, shadow_decision = "allow", "warn"
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
