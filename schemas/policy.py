@@ -8,14 +8,12 @@ merges over the top level key by key); `Policy` is what one run is judged by.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
-from schemas.jsonfile import read_document
 
 POLICY_ENV = "LOOPWARDEN_POLICY"
 
@@ -127,16 +125,3 @@ def parse_policy(document: Any) -> FleetPolicy:
     default = _merge(Policy(), written, "")
     resolved = {name: _merge(default, block, f"agents.{name}.") for name, block in written.agents.items()}
     return FleetPolicy(default, resolved)
-
-
-def load_policy(path: str | os.PathLike[str] | None) -> FleetPolicy | None:
-    """Read, parse and validate; no path (and no LOOPWARDEN_POLICY) means no policy."""
-    if path is None:
-        path = os.environ.get(POLICY_ENV) or None
-    if path is None:
-        return None
-    document = read_document(path, "policy", PolicyError)
-    try:
-        return parse_policy(document)
-    except PolicyError as exc:
-        raise PolicyError(f"{path}: {exc}") from None

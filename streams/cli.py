@@ -18,7 +18,7 @@ POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); defaul
 
 def _replay(args: argparse.Namespace) -> int:
     from schemas.configfile import load_config_for_cli
-    from schemas.policy import load_policy
+    from schemas.policyfile import load_policy
     from streams.tools.replay import replay
 
     config = load_config_for_cli(args.config, sys.stderr)

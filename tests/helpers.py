@@ -21,7 +21,7 @@ from typing import Any
 from kafka import TopicPartition
 
 from schemas.configfile import load_config
-from schemas.policy import load_policy
+from schemas.policyfile import load_policy
 from streams import kafka_clients
 from streams.tools.replay import replay
 

@@ -557,7 +557,7 @@ def _difference_summary(report: AuditReport) -> list[str]:
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
-    from schemas.policy import load_policy
+    from schemas.policyfile import load_policy
 
     out = out or sys.stdout
     err = err or sys.stderr

@@ -105,7 +105,7 @@ def _expected(lines: list[bytes], settings: Settings) -> set[tuple[str, int]]:
     from streams.tools.replay import replay
 
     out = io.BytesIO()
-    from schemas.policy import load_policy
+    from schemas.policyfile import load_policy
 
     replay(lines, load_config(settings.config_path).config, out, io.StringIO(), load_policy(settings.policy_path))
     expected = set()
@@ -192,7 +192,7 @@ def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
     from schemas.configfile import load_config
-    from schemas.policy import load_policy
+    from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, ensure_topics
 
     settings = settings_from_args(args)

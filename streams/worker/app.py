@@ -257,7 +257,7 @@ def run_worker(settings: Settings) -> int:
     turns it into exit 2) before anything connects to Kafka.
     """
     from schemas.configfile import load_config
-    from schemas.policy import load_policy
+    from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, describe_partitions, ensure_topics
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)

@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from schemas.codec import encode_verdict
-from schemas.policy import Policy, PolicyError, load_policy, parse_policy
+from schemas.policy import Policy, PolicyError, parse_policy
+from schemas.policyfile import load_policy
 from schemas.state import Abort, RunState
 from schemas.verdicts import COMPACTION_LOOP_PERSISTED, Verdict
 
