@@ -6,14 +6,27 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
+
+
+def _events_command(args: argparse.Namespace, run: Callable[[BinaryIO], int]) -> int:
+    """Run `run` over the events file (or stdin); exit 1 when it refused lines, 2 when unreadable."""
+    if args.events == "-":
+        return 1 if run(sys.stdin.buffer) else 0
+    try:
+        with open(args.events, "rb") as lines:
+            refused = run(lines)
+    except OSError as exc:
+        print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
+        return 2
+    return 1 if refused else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -23,15 +36,29 @@ def _replay(args: argparse.Namespace) -> int:
 
     config = load_config_for_cli(args.config, sys.stderr)
     policy = load_policy(args.policy)
-    if args.events == "-":
-        return 1 if replay(sys.stdin.buffer, config, sys.stdout.buffer, sys.stderr, policy) else 0
+    return _events_command(args, lambda lines: replay(lines, config, sys.stdout.buffer, sys.stderr, policy))
+
+
+def _incidents(args: argparse.Namespace) -> int:
+    import time
+
+    from schemas.configfile import load_config_for_cli
+    from schemas.policyfile import load_policy
+    from streams.fleet.settings import incident_settings_from_args
+    from streams.tools.incidents import print_incidents
+
     try:
-        with open(args.events, "rb") as lines:
-            refused = replay(lines, config, sys.stdout.buffer, sys.stderr, policy)
-    except OSError as exc:
-        print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
+        settings = incident_settings_from_args(args)
+    except ValueError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
-    return 1 if refused else 0
+    config = load_config_for_cli(args.config, sys.stderr)
+    policy = load_policy(args.policy)
+    now = args.now
+    clock = time.time if now is None else lambda: now
+    return _events_command(
+        args, lambda lines: print_incidents(lines, config, sys.stdout.buffer, sys.stderr, settings, clock, policy)
+    )
 
 
 def _exit_ok(signum: int, frame: FrameType | None) -> NoReturn:
@@ -141,6 +168,24 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
+
+    from streams.fleet.settings import add_incident_options
+
+    incidents = commands.add_parser(
+        "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
+    )
+    incidents.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    incidents.add_argument("--policy", help=POLICY_HELP)
+    add_incident_options(incidents)
+    incidents.add_argument(
+        "--now",
+        type=float,
+        metavar="SECONDS",
+        help="processing time given to verdicts whose event has no ts, in seconds since the epoch "
+        "(default: the clock as each is read, as the stage does)",
+    )
+    incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
+    incidents.set_defaults(run=_incidents)
 
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
     from streams.worker.settings import (
