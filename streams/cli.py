@@ -79,6 +79,20 @@ def _worker(args: argparse.Namespace) -> int:
     return run_worker(settings)
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _exit_ok)  # as for the worker, until Faust's handler takes over
+    from streams.fleet.settings import fleet_settings_from_args
+
+    try:
+        settings = fleet_settings_from_args(args)
+    except ValueError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
+        return 2
+    from streams.fleet.stage import run_fleet  # imports Faust
+
+    return run_fleet(settings)
+
+
 def _topics_create(args: argparse.Namespace) -> int:
     from streams.worker.settings import default_bootstrap, topics_from_args
     from streams.worker.topics import TopicError, ensure_topics
@@ -201,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_topic_options(worker)
     add_worker_options(worker)
     worker.set_defaults(run=_worker)
+
+    from streams.fleet.settings import add_fleet_options
+
+    fleet = commands.add_parser(
+        "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
+    )
+    add_connection_options(fleet)
+    add_fleet_options(fleet)
+    fleet.set_defaults(run=_fleet)
 
     topics = commands.add_parser("topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")

@@ -77,6 +77,7 @@ class FleetSettings:
     partitions: int = DEFAULT_PARTITIONS
     data_dir: Path = Path("data/fleet")
     standby_replicas: int = 1
+    replication_factor: int = 1
     ttl: float = 3 * 3600.0
     loglevel: str = "info"
 
@@ -111,6 +112,9 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         "--standby-replicas", type=non_negative_int, default=1, help="warm copies of each table partition (default 1)"
     )
     parser.add_argument(
+        "--replication-factor", type=positive_int, default=1, help="for the topics the stage creates (default 1)"
+    )
+    parser.add_argument(
         "--ttl",
         type=duration,
         default=3 * 3600.0,
@@ -133,6 +137,7 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         partitions=args.partitions,
         data_dir=data_dir.resolve(),
         standby_replicas=args.standby_replicas,
+        replication_factor=args.replication_factor,
         ttl=args.ttl,
         loglevel=args.loglevel,
     )
