@@ -174,6 +174,27 @@ def _explain(args: argparse.Namespace) -> int:
     return explain_main(args)
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    from streams.tools.dashboard import main as dashboard_main
+
+    return dashboard_main(args)
+
+
+def _start_point(text: str) -> str:
+    """earliest, latest, or a point `audit --since` reads (checked now, resolved when the page starts reading)."""
+    if text in ("earliest", "latest"):
+        return text
+    from streams.tools.audit import AuditError, parse_since
+
+    try:
+        parse_since(text)
+    except AuditError:
+        raise argparse.ArgumentTypeError(
+            f"expected earliest, latest, a time (2026-05-01T10:00:00Z, epoch s/ms) or a duration ago (15m), got {text!r}"
+        ) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwarden", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -325,6 +346,30 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
     explain.set_defaults(run=_explain)
+
+    from schemas.topics import INCIDENTS_TOPIC
+
+    dashboard = commands.add_parser(
+        "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"
+    )
+    add_connection_options(dashboard)
+    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument(
+        "--from",
+        dest="start",
+        type=_start_point,
+        default="1h",
+        help="where to start reading: earliest, latest, a time or a duration ago (default 1h)",
+    )
+    dashboard.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    dashboard.add_argument("--incidents-topic", default=INCIDENTS_TOPIC, help=f"default {INCIDENTS_TOPIC}")
+    dashboard.add_argument(
+        "--events-topic", default=EVENTS_TOPIC, help=f"read by a run's timeline (default {EVENTS_TOPIC})"
+    )
+    dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
+    dashboard.add_argument("--policy", help=POLICY_HELP)
+    dashboard.set_defaults(run=_dashboard)
     return parser
 
 
