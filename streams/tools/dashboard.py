@@ -149,7 +149,18 @@ async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | N
     from streams.worker.topics import describe_partitions
 
     # Asked without creating the topic, so that the stage which owns it creates it with its partitions.
-    while not (partitions := await asyncio.to_thread(describe_partitions, source.bootstrap, [topic])):
+    said = False
+    while True:
+        try:
+            partitions = await asyncio.to_thread(describe_partitions, source.bootstrap, [topic])
+            problem = None if partitions else "no such topic yet"
+        except Exception as exc:  # the broker is down or unreachable: the page waits for it
+            partitions, problem = {}, f"{type(exc).__name__}: {exc}"
+        if partitions:
+            break
+        if not said:
+            logs.event(log, logging.WARNING, f"waiting for {topic}", event="waiting", topic=topic, problem=problem)
+            said = True
         await asyncio.sleep(2.0)
     consumer = kafka_clients.aio_consumer(
         source.bootstrap, group_id=None, enable_auto_commit=False, client_id="loopwarden-dashboard"
@@ -243,7 +254,7 @@ async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None,
             follow(source, source.incidents_topic, _feeder(board, decode_incident, Board.incident, "an incident"))
         ),
     ]
-    runner = web.AppRunner(create_app(source, config, policy, board))
+    runner = web.AppRunner(create_app(source, config, policy, board), access_log=None)  # no line per request
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     logs.event(
