@@ -441,6 +441,8 @@ class FleetStage(Worker):
             str(self.data_dir),
             "--standby-replicas",
             "0",
+            "--session-timeout",
+            "6s",
         ]
         self.proc = None
         self._log = None

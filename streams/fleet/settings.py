@@ -79,6 +79,7 @@ class FleetSettings:
     standby_replicas: int = 1
     replication_factor: int = 1
     ttl: float = 3 * 3600.0
+    session_timeout: float = 30.0
     loglevel: str = "info"
 
     def __post_init__(self) -> None:
@@ -120,6 +121,12 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         default=3 * 3600.0,
         help="forget a fingerprint unchanged this long, wall clock (default 3h)",
     )
+    parser.add_argument(
+        "--session-timeout",
+        type=duration,
+        default=30.0,
+        help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
+    )
     parser.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -139,5 +146,6 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         standby_replicas=args.standby_replicas,
         replication_factor=args.replication_factor,
         ttl=args.ttl,
+        session_timeout=args.session_timeout,
         loglevel=args.loglevel,
     )

@@ -70,6 +70,8 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         topic_replication_factor=settings.replication_factor,
         topic_disable_leader=True,
         table_standby_replicas=settings.standby_replicas,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         consumer_auto_offset_reset="earliest",
         web_enabled=False,
     )

@@ -3,6 +3,7 @@ worker: it publishes exactly what `loopwarden incidents` prints, across a restar
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -35,11 +36,12 @@ def incidents_until(bootstrap: str, topic: str, wanted: set[tuple], timeout: flo
     return records
 
 
-def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path, stop):
     """Events and decisions on one partition each, so the stage sees the
     verdicts in the order they were decided (see docs/FLEET.md): then every
-    record, samples included, is the offline one. The stage is stopped
-    half-way through the trace and started again on the same data dir."""
+    record, samples included, is the offline one. The stage is stopped (or
+    killed) half-way through the trace and started again on the same data dir."""
     offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents")
     assert offline.returncode == 0, offline.stderr
     expected = offline.stdout.splitlines()
@@ -53,7 +55,7 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
         try:
             produce(broker.bootstrap, topics["events"], lines[:600])
             before = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected[:2]}, 90)
-            assert stage.stop() == 0, stage.log()[-3000:]
+            assert stage.stop(stop) == (0 if stop == signal.SIGTERM else -stop), stage.log()[-3000:]
             produce(broker.bootstrap, topics["events"], lines[600:])
             stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
             records = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected}, 120)
