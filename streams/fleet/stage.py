@@ -1,6 +1,6 @@
 """The fleet stage: a Faust app of its own (`loopwarden fleet`), downstream of the workers.
 
-    loopwarden.decisions ──block/abort──▶ group_by fingerprint ──▶ <app>-…-fingerprint-repartition
+    loopwarden.decisions ──block/abort──▶ regrouped by fingerprint ──▶ <app-id>-fingerprint-repartition
                                                                         │  partitions = fingerprints
                                                                         ▼
                                      tally = incidents[fingerprint]    (RocksDB + changelog topic)
@@ -24,6 +24,7 @@ import faust
 import msgspec
 
 from schemas.codec import decode_tally, decode_verdict, encode_incident, encode_tally
+from schemas.incidents import FingerprintTally
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
@@ -46,13 +47,22 @@ def _verdict(value: bytes) -> Verdict | None:
         return None
 
 
-def _counted(value: bytes) -> bool:
-    verdict = _verdict(value)
-    return verdict is not None and fingerprint(verdict) is not None
-
-
-def _fingerprint_key(value: bytes) -> bytes:
-    return str(fingerprint(decode_verdict(value))).encode()
+def _tally(stored: bytes | None, key: str) -> FingerprintTally | None:
+    """The stored tally; None for a fingerprint not seen, or one this version cannot read (counted afresh)."""
+    if stored is None:
+        return None
+    try:
+        return decode_tally(stored)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        logs.event(
+            log,
+            logging.ERROR,
+            "stored tally unreadable; counting the fingerprint afresh",
+            event="tally_unreadable",
+            fingerprint=key[:200],
+            error=str(exc)[:200],
+        )
+        return None
 
 
 def create_fleet_app(settings: FleetSettings) -> faust.App:
@@ -79,6 +89,14 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     incidents = app.topic(
         settings.incidents_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions, internal=True
     )
+    # Named after the app, so two stages on one decision topic never share it.
+    regrouped = app.topic(
+        f"{settings.app_id}-fingerprint-repartition",
+        key_type=bytes,
+        value_type=bytes,
+        partitions=settings.partitions,
+        internal=True,
+    )
     table = app.Table(
         TABLE_NAME,
         key_type=bytes,
@@ -92,8 +110,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         key = None if verdict is None else fingerprint(verdict)
         if verdict is None or key is None:
             return
-        stored = table.get(key.encode())
-        counted = count(None if stored is None else decode_tally(stored), verdict, key, time.time(), settings.incidents)
+        counted = count(_tally(table.get(key.encode()), key), verdict, key, time.time(), settings.incidents)
         for incident in counted.incidents:
             delivered = await incidents.send(key=key.encode(), value=encode_incident(incident))
             await delivered  # acknowledged before the tally that records it is stored
@@ -113,10 +130,22 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         if counted.tally is not None:
             table[key.encode()] = encode_tally(counted.tally)
 
-    @app.agent(decisions, name="loopwarden.fleet.count")
+    # The repartition Faust's group_by does (event.forward with the new key),
+    # with the filter in front of it: group_by moves a preceding filter behind
+    # the repartition (faust-streaming issue 553), which would copy every
+    # verdict, allows included, to the fingerprint topic.
+    @app.agent(decisions, name=f"{settings.app_id}.regroup")
+    async def regroup(stream: Any) -> None:
+        async for event in stream.events():
+            verdict = _verdict(event.value)
+            key = None if verdict is None else fingerprint(verdict)
+            if key is not None:
+                await event.forward(regrouped, key=key.encode())
+
+    @app.agent(regrouped, name=f"{settings.app_id}.count")
     async def count_verdicts(stream: Any) -> None:
         await incidents.maybe_declare()
-        async for value in stream.filter(_counted).group_by(_fingerprint_key, name="fingerprint"):
+        async for value in stream:
             await take(value)
 
     # A tally starts with its touched time as a stored run does: the runs

@@ -11,7 +11,8 @@ import pytest
 
 from builders import run_cli
 from helpers import FleetStage, Worker, consume, names, produce
-from schemas.codec import decode_incident
+from schemas.codec import decode_incident, decode_verdict
+from streams.fleet.incidents import fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +54,7 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
         worker.wait_assigned()
         stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
         try:
+            produce(broker.bootstrap, topics["decisions"], [b"not a verdict"], keys=[b"r"])  # skipped, logged
             produce(broker.bootstrap, topics["events"], lines[:600])
             before = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected[:2]}, 90)
             assert stage.stop(stop) == (0 if stop == signal.SIGTERM else -stop), stage.log()[-3000:]
@@ -67,5 +69,13 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
         by_key.setdefault(dedupe_key(record), set()).add(record)
     assert all(len(same) == 1 for same in by_key.values()), "a re-published record differs"
     assert sorted(record for (record,) in by_key.values()) == sorted(expected)
+    assert stage.lines("bad_verdict")[0]["error"].startswith("JSON is malformed")
+    # only blocks and aborts were regrouped, each under its fingerprint
+    replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
+    counted = {(v.run_id, v.seq) for v in map(decode_verdict, replayed) if fingerprint(v)}
+    regrouped = consume(broker.bootstrap, f"{topics['app_id']}-fleet-fingerprint-repartition", count=10**6, timeout=5)
+    assert {r.key.decode() for r in regrouped} == {decode_incident(x).fingerprint for x in expected}
+    assert all(fingerprint(decode_verdict(r.value)) == r.key.decode() for r in regrouped)
+    assert {(v.run_id, v.seq) for v in (decode_verdict(r.value) for r in regrouped)} == counted
     opened = {line["fingerprint"] for line in stage.lines("incident_open")}
     assert opened == {decode_incident(x).fingerprint for x in expected}  # one operator line each

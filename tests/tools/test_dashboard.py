@@ -48,6 +48,11 @@ def test_the_board_counts_minutes_lists_blocks_and_keeps_runs_in_flight():
     assert len(board.snapshot(NOW)["latest"]) == LATEST
 
 
+def test_a_start_point_that_is_not_one_exits_2():
+    done = run_cli("--from", "yesterday", command="dashboard")
+    assert done.returncode == 2 and b"expected earliest, latest, a time" in done.stderr
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
