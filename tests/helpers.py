@@ -419,7 +419,14 @@ class FleetStage(Worker):
     topics, with its own app id and data dir (the same `name` again resumes them)."""
 
     def __init__(
-        self, bootstrap: str, topics: dict[str, str], workdir: Path, name: str, *, partitions: int = 3
+        self,
+        bootstrap: str,
+        topics: dict[str, str],
+        workdir: Path,
+        name: str,
+        *,
+        partitions: int = 3,
+        extra: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.log_path = workdir / f"{name}.log"
@@ -443,6 +450,7 @@ class FleetStage(Worker):
             "0",
             "--session-timeout",
             "6s",
+            *extra,
         ]
         self.proc = None
         self._log = None

@@ -24,10 +24,16 @@ DEFAULTS = IncidentSettings()
 
 
 def whole_seconds(text: str) -> int:
+    """A positive number of whole seconds, as `duration` reads it (15m, 900)."""
     seconds = duration(text)
     if seconds < 1 or not float(seconds).is_integer():
         raise argparse.ArgumentTypeError(f"expected whole seconds (at least 1s), got {text!r}")
     return int(seconds)
+
+
+def whole_seconds_or_none(text: str) -> int:
+    """The same, or 0."""
+    return 0 if duration(text) == 0 else whole_seconds(text)
 
 
 def add_incident_options(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +59,7 @@ def add_incident_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--lateness",
-        type=whole_seconds,
+        type=whole_seconds_or_none,
         default=DEFAULTS.lateness,
         help="how long after its end a window still takes verdicts, in event time "
         f"(default {format_duration(DEFAULTS.lateness)})",

@@ -11,8 +11,11 @@ import pytest
 
 from builders import run_cli
 from helpers import FleetStage, Worker, consume, names, produce
-from schemas.codec import decode_incident, decode_verdict
+from schemas.codec import decode_incident, decode_verdict, encode_verdict
+from schemas.verdicts import Verdict
 from streams.fleet.incidents import fingerprint
+from streams.worker.settings import Topics
+from streams.worker.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +82,23 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
     assert {(v.run_id, v.seq) for v in (decode_verdict(r.value) for r in regrouped)} == counted
     opened = {line["fingerprint"] for line in stage.lines("incident_open")}
     assert opened == {decode_incident(x).fingerprint for x in expected}  # one operator line each
+
+
+def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
+    """Verdicts published straight to the decision topic; once the sweep has
+    deleted the fingerprint's tally, the same runs open a new incident."""
+    topics = names("sweep")
+    verdicts = [
+        Verdict(run_id=f"r{n}", seq=1, tool_call_id="c", tool_name="nope", decision="block", ts=1796187600.0)
+        for n in range(2)
+    ]
+    lines = [encode_verdict(v) for v in verdicts]
+    ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
+    options = ["--window", "1s", "--lateness", "0s", "--ttl", "2s", "--min-runs", "2"]
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet", partitions=1, extra=options) as stage:
+        produce(broker.bootstrap, topics["decisions"], lines)
+        stage.wait_for(lambda: stage.lines("incident_open"), 60, "the first incident")
+        stage.wait_for(lambda: stage.lines("swept"), 30, "the sweep")
+        produce(broker.bootstrap, topics["decisions"], lines)
+        stage.wait_for(lambda: len(stage.lines("incident_open")) == 2, 30, "the incident opened again")
+    assert stage.lines("swept")[0]["fingerprints"] == "1"
