@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
@@ -197,6 +198,7 @@ def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, 
     """The aiohttp application: the page, its live feed and the explain timeline."""
     from aiohttp import web
 
+    from streams.tools.audit import AuditError
     from streams.tools.explain import explain_from_topics, format_timeline
 
     page = resources.files("streams.tools").joinpath("dashboard.html").read_bytes()
@@ -223,15 +225,18 @@ def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, 
         run_id = request.query.get("run", "")
         if not run_id:
             return web.Response(status=400, text="missing ?run=RUN_ID")
-        steps, refused = await asyncio.to_thread(
-            explain_from_topics,
-            source.bootstrap,
-            run_id,
-            source.events_topic,
-            source.decisions_topic,
-            config,
-            policy,
-        )
+        try:
+            steps, refused = await asyncio.to_thread(
+                explain_from_topics,
+                source.bootstrap,
+                run_id,
+                source.events_topic,
+                source.decisions_topic,
+                config,
+                policy,
+            )
+        except AuditError as exc:  # no events topic, or the broker is unreachable
+            return web.Response(status=503, text=f"cannot read run {run_id}: {exc}")
         text = format_timeline(steps, run_id, refused, show_published=True)
         return web.Response(text=text, status=200 if steps else 404)
 
@@ -242,10 +247,21 @@ def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, 
     return app
 
 
+class CannotListen(RuntimeError):
+    """The page's address cannot be bound."""
+
+
 async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None, host: str, port: int) -> None:
     from aiohttp import web
 
     board = Board()
+    runner = web.AppRunner(create_app(source, config, policy, board), access_log=None)  # no line per request
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        await runner.cleanup()
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from None
     readers = [
         asyncio.create_task(
             follow(source, source.decisions_topic, _feeder(board, decode_verdict, Board.verdict, "a verdict"))
@@ -254,9 +270,6 @@ async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None,
             follow(source, source.incidents_topic, _feeder(board, decode_incident, Board.incident, "an incident"))
         ),
     ]
-    runner = web.AppRunner(create_app(source, config, policy, board), access_log=None)  # no line per request
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
     logs.event(
         log,
         logging.INFO,
@@ -278,13 +291,15 @@ def main(args: Any) -> int:
     from schemas.policyfile import load_policy
     from streams.worker.settings import default_bootstrap
 
-    import sys
-
     logs.setup("info", "logfmt")
     config = load_config_for_cli(args.config, sys.stderr)
     policy = load_policy(args.policy)
     source = Source(
         default_bootstrap(args.bootstrap), args.decisions_topic, args.incidents_topic, args.events_topic, args.start
     )
-    asyncio.run(serve(source, config, policy, args.host, args.port))
+    try:
+        asyncio.run(serve(source, config, policy, args.host, args.port))
+    except CannotListen as exc:
+        print(f"loopwarden dashboard: {exc}", file=sys.stderr)
+        return 1
     return 0

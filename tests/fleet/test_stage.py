@@ -89,7 +89,15 @@ def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
     deleted the fingerprint's tally, the same runs open a new incident."""
     topics = names("sweep")
     verdicts = [
-        Verdict(run_id=f"r{n}", seq=1, tool_call_id="c", tool_name="nope", decision="block", ts=1796187600.0)
+        Verdict(
+            run_id=f"r{n}",
+            seq=1,
+            tool_call_id="c",
+            tool_name="nope",
+            decision="block",
+            detector="unknown_tool_repeat",
+            ts=1796187600.0,
+        )
         for n in range(2)
     ]
     lines = [encode_verdict(v) for v in verdicts]

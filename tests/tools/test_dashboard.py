@@ -53,6 +53,15 @@ def test_a_start_point_that_is_not_one_exits_2():
     assert done.returncode == 2 and b"expected earliest, latest, a time" in done.stderr
 
 
+def test_a_taken_port_is_named():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("--port", str(port), "--bootstrap", "127.0.0.1:9", command="dashboard")
+    assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}".encode() in done.stderr
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
