@@ -88,6 +88,11 @@ class FleetSettings:
     session_timeout: float = 30.0
     loglevel: str = "info"
 
+    @property
+    def repartition_topic(self) -> str:
+        """Named after the app, so two stages on one decision topic never share it."""
+        return f"{self.app_id}-fingerprint-repartition"
+
     def __post_init__(self) -> None:
         held = self.incidents.window * 2 + self.incidents.lateness
         if self.ttl < held:

@@ -86,17 +86,8 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         web_enabled=False,
     )
     decisions = app.topic(settings.decisions_topic, key_type=bytes, value_type=bytes)
-    incidents = app.topic(
-        settings.incidents_topic, key_type=bytes, value_type=bytes, partitions=settings.partitions, internal=True
-    )
-    # Named after the app, so two stages on one decision topic never share it.
-    regrouped = app.topic(
-        f"{settings.app_id}-fingerprint-repartition",
-        key_type=bytes,
-        value_type=bytes,
-        partitions=settings.partitions,
-        internal=True,
-    )
+    incidents = app.topic(settings.incidents_topic, key_type=bytes, value_type=bytes)
+    regrouped = app.topic(settings.repartition_topic, key_type=bytes, value_type=bytes)
     table = app.Table(
         TABLE_NAME,
         key_type=bytes,
@@ -144,7 +135,6 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
 
     @app.agent(regrouped, name=f"{settings.app_id}.count")
     async def count_verdicts(stream: Any) -> None:
-        await incidents.maybe_declare()
         async for value in stream:
             await take(value)
 
@@ -166,7 +156,31 @@ def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.worker.app import Worker
 
+    from streams.worker.topics import TopicError, describe_partitions, ensure
+
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
+    # The topics exist before Faust subscribes: one created after the
+    # subscription would be assigned only at the next metadata refresh.
+    try:
+        own = [
+            (settings.repartition_topic, settings.partitions, {}),
+            (settings.incidents_topic, settings.partitions, {}),
+        ]
+        for state in ensure(settings.bootstrap, own, settings.replication_factor):
+            if state.created:
+                logs.event(
+                    log,
+                    logging.INFO,
+                    "topic created",
+                    event="topic_created",
+                    topic=state.name,
+                    partitions=state.partitions,
+                )
+        if settings.decisions_topic not in describe_partitions(settings.bootstrap, [settings.decisions_topic]):
+            raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
+    except TopicError as exc:
+        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+        return 1
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_fleet_app(settings)
     logs.event(

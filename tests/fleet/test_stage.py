@@ -66,12 +66,12 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
             records = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected}, 120)
         finally:
             stage.stop()
-    assert before and set(before) <= set(expected)
+    assert before and set(before) <= set(expected), stage.log()[-4000:]
     by_key: dict[tuple, set[bytes]] = {}
     for record in records:
         by_key.setdefault(dedupe_key(record), set()).add(record)
     assert all(len(same) == 1 for same in by_key.values()), "a re-published record differs"
-    assert sorted(record for (record,) in by_key.values()) == sorted(expected)
+    assert sorted(record for (record,) in by_key.values()) == sorted(expected), stage.log()[-4000:]
     assert stage.lines("bad_verdict")[0]["error"].startswith("JSON is malformed")
     # only blocks and aborts were regrouped, each under its fingerprint
     replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
@@ -110,3 +110,11 @@ def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
         produce(broker.bootstrap, topics["decisions"], lines)
         stage.wait_for(lambda: len(stage.lines("incident_open")) == 2, 30, "the incident opened again")
     assert stage.lines("swept")[0]["fingerprints"] == "1"
+
+
+def test_a_missing_decision_topic_stops_the_stage_at_start_up(broker, tmp_path):
+    topics = names("nodecisions")
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet") as stage:
+        assert stage.proc.wait(60) == 1
+    (failed,) = stage.lines("startup_failed")
+    assert failed["msg"] == f"decisions topic {topics['decisions']} does not exist (loopwarden topics create)"
