@@ -156,7 +156,7 @@ def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.worker.app import Worker
 
-    from streams.worker.topics import TopicError, describe_partitions, ensure
+    from streams.worker.topics import TopicError, describe_partitions, ensure, log_created
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
     # The topics exist before Faust subscribes: one created after the
@@ -166,16 +166,7 @@ def run_fleet(settings: FleetSettings) -> int:
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),
         ]
-        for state in ensure(settings.bootstrap, own, settings.replication_factor):
-            if state.created:
-                logs.event(
-                    log,
-                    logging.INFO,
-                    "topic created",
-                    event="topic_created",
-                    topic=state.name,
-                    partitions=state.partitions,
-                )
+        log_created(log, ensure(settings.bootstrap, own, settings.replication_factor))
         if settings.decisions_topic not in describe_partitions(settings.bootstrap, [settings.decisions_topic]):
             raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
     except TopicError as exc:

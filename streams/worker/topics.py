@@ -126,6 +126,22 @@ def ensure(
         admin.close()
 
 
+def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
+    """One operator line per topic this start-up created."""
+    from streams.observability import logs
+
+    for state in states:
+        if state.created:
+            logs.event(
+                logger,
+                logging.INFO,
+                "topic created",
+                event="topic_created",
+                topic=state.name,
+                partitions=state.partitions,
+            )
+
+
 def describe_partitions(bootstrap: str, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, int]:
     admin = admin_client(bootstrap, timeout)
     try:
