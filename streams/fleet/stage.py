@@ -162,13 +162,17 @@ def run_fleet(settings: FleetSettings) -> int:
     # The topics exist before Faust subscribes: one created after the
     # subscription would be assigned only at the next metadata refresh.
     try:
+        try:
+            found = describe_partitions(settings.bootstrap, [settings.decisions_topic])
+        except Exception as exc:
+            raise TopicError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+        if settings.decisions_topic not in found:
+            raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),
         ]
         log_created(log, ensure(settings.bootstrap, own, settings.replication_factor))
-        if settings.decisions_topic not in describe_partitions(settings.bootstrap, [settings.decisions_topic]):
-            raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1

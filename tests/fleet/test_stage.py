@@ -118,3 +118,4 @@ def test_a_missing_decision_topic_stops_the_stage_at_start_up(broker, tmp_path):
         assert stage.proc.wait(60) == 1
     (failed,) = stage.lines("startup_failed")
     assert failed["msg"] == f"decisions topic {topics['decisions']} does not exist (loopwarden topics create)"
+    assert stage.lines("topic_created") == []  # nothing made for a stage that cannot run
