@@ -9,6 +9,7 @@ from itertools import accumulate
 import msgspec
 
 from schemas.events import EVENT_TYPES, Event
+from schemas.incidents import FingerprintTally, Incident
 from schemas.state import StoredRun
 from schemas.verdicts import Verdict
 from streams.engine.stablejson import FLOAT_HOOK, speedups
@@ -175,3 +176,24 @@ _touched_decoder = msgspec.msgpack.Decoder(_Touched)
 def touched_at(data: bytes) -> float:
     """When a stored run was last touched (for the idle TTL), at the cost of its first field only."""
     return _touched_decoder.decode(data).touched
+
+
+_incident_encoder = msgspec.json.Encoder()
+_incident_decoder = msgspec.json.Decoder(Incident)
+_tally_decoder = msgspec.msgpack.Decoder(FingerprintTally)
+
+
+def encode_incident(incident: Incident) -> bytes:
+    return _incident_encoder.encode(incident)
+
+
+def decode_incident(data: bytes | str) -> Incident:
+    return _incident_decoder.decode(data)
+
+
+def encode_tally(tally: FingerprintTally) -> bytes:
+    return _stored_encoder.encode(tally)
+
+
+def decode_tally(data: bytes) -> FingerprintTally:
+    return _tally_decoder.decode(data)

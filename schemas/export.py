@@ -14,6 +14,7 @@ import msgspec
 
 from schemas.config import LoopDetectionBlock
 from schemas.events import Event
+from schemas.incidents import Incident
 from schemas.policy import PolicyFile
 from schemas.verdicts import Verdict
 
@@ -23,6 +24,7 @@ SCHEMAS: dict[str, Any] = {
     "verdict.schema.json": Verdict,
     "loop-detection-config.schema.json": LoopDetectionBlock,
     "policy.schema.json": PolicyFile,
+    "incident.schema.json": Incident,
 }
 
 

@@ -7,6 +7,8 @@ EVENTS_TOPIC = "loopwarden.events"
 """Gateway events (schemas/events.py), keyed by run id."""
 DECISIONS_TOPIC = "loopwarden.decisions"
 """Verdicts (schemas/verdicts.py), keyed by run id."""
+INCIDENTS_TOPIC = "loopwarden.incidents"
+"""Incidents (schemas/incidents.py) of the fleet stage, keyed by fingerprint."""
 DEADLETTER_TOPIC = "loopwarden.deadletter"
 """Refused events, unchanged, with the headers below."""
 

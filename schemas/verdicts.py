@@ -29,9 +29,9 @@ BLOCKS_IGNORED: Literal["blocks_ignored"] = "blocks_ignored"
 class Verdict(Struct, kw_only=True):
     """One per tool call (and one for a tool result that makes the guard abort).
 
-    `shadow_decision` comes last so that, with no policy, a verdict's bytes are
-    those of before it plus `"shadow_decision":null`. Consumers deduplicate by `(run_id, seq)`: at-least-once delivery may repeat
-    a verdict, always byte-identical.
+    New fields come last, so a consumer reading a verdict by name reads it as
+    before. Consumers deduplicate by `(run_id, seq)`: at-least-once delivery
+    may repeat a verdict, always byte-identical.
     """
 
     run_id: str
@@ -48,3 +48,7 @@ class Verdict(Struct, kw_only=True):
     error: AbortError | None = None
     shadow_decision: ShadowDecision | None = None
     """In shadow mode, what enforce mode would have answered (decision is then allow)."""
+    agent_id: str | None = None
+    """The run's agent (the first `agent_id` its events named), for aggregates across runs."""
+    ts: float | str | None = None
+    """The deciding event's `ts` as the gateway sent it (seconds since the epoch or RFC 3339)."""

@@ -6,14 +6,27 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
+
+
+def _events_command(args: argparse.Namespace, run: Callable[[BinaryIO], int]) -> int:
+    """Run `run` over the events file (or stdin); exit 1 when it refused lines, 2 when unreadable."""
+    if args.events == "-":
+        return 1 if run(sys.stdin.buffer) else 0
+    try:
+        with open(args.events, "rb") as lines:
+            refused = run(lines)
+    except OSError as exc:
+        print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
+        return 2
+    return 1 if refused else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -23,15 +36,29 @@ def _replay(args: argparse.Namespace) -> int:
 
     config = load_config_for_cli(args.config, sys.stderr)
     policy = load_policy(args.policy)
-    if args.events == "-":
-        return 1 if replay(sys.stdin.buffer, config, sys.stdout.buffer, sys.stderr, policy) else 0
+    return _events_command(args, lambda lines: replay(lines, config, sys.stdout.buffer, sys.stderr, policy))
+
+
+def _incidents(args: argparse.Namespace) -> int:
+    import time
+
+    from schemas.configfile import load_config_for_cli
+    from schemas.policyfile import load_policy
+    from streams.fleet.settings import incident_settings_from_args
+    from streams.tools.incidents import print_incidents
+
     try:
-        with open(args.events, "rb") as lines:
-            refused = replay(lines, config, sys.stdout.buffer, sys.stderr, policy)
-    except OSError as exc:
-        print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
+        settings = incident_settings_from_args(args)
+    except ValueError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
-    return 1 if refused else 0
+    config = load_config_for_cli(args.config, sys.stderr)
+    policy = load_policy(args.policy)
+    now = args.now
+    clock = time.time if now is None else lambda: now
+    return _events_command(
+        args, lambda lines: print_incidents(lines, config, sys.stdout.buffer, sys.stderr, settings, clock, policy)
+    )
 
 
 def _exit_ok(signum: int, frame: FrameType | None) -> NoReturn:
@@ -50,6 +77,20 @@ def _worker(args: argparse.Namespace) -> int:
     from streams.worker.app import run_worker  # imports Faust
 
     return run_worker(settings)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _exit_ok)  # as for the worker, until Faust's handler takes over
+    from streams.fleet.settings import fleet_settings_from_args
+
+    try:
+        settings = fleet_settings_from_args(args)
+    except ValueError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
+        return 2
+    from streams.fleet.stage import run_fleet  # imports Faust
+
+    return run_fleet(settings)
 
 
 def _topics_create(args: argparse.Namespace) -> int:
@@ -133,6 +174,27 @@ def _explain(args: argparse.Namespace) -> int:
     return explain_main(args)
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    from streams.tools.dashboard import main as dashboard_main
+
+    return dashboard_main(args)
+
+
+def _start_point(text: str) -> str:
+    """earliest, latest, or a point `audit --since` reads (checked now, resolved when the page starts reading)."""
+    if text in ("earliest", "latest"):
+        return text
+    from streams.tools.audit import AuditError, parse_since
+
+    try:
+        parse_since(text)
+    except AuditError:
+        raise argparse.ArgumentTypeError(
+            f"expected earliest, latest, a time (2026-05-01T10:00:00Z, epoch s/ms) or a duration ago (15m), got {text!r}"
+        ) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwarden", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -141,6 +203,24 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
+
+    from streams.fleet.settings import add_incident_options
+
+    incidents = commands.add_parser(
+        "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
+    )
+    incidents.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
+    incidents.add_argument("--policy", help=POLICY_HELP)
+    add_incident_options(incidents)
+    incidents.add_argument(
+        "--now",
+        type=float,
+        metavar="SECONDS",
+        help="processing time given to verdicts whose event has no ts, in seconds since the epoch "
+        "(default: the clock as each is read, as the stage does)",
+    )
+    incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
+    incidents.set_defaults(run=_incidents)
 
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
     from streams.worker.settings import (
@@ -156,6 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_topic_options(worker)
     add_worker_options(worker)
     worker.set_defaults(run=_worker)
+
+    from streams.fleet.settings import add_fleet_options
+
+    fleet = commands.add_parser(
+        "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
+    )
+    add_connection_options(fleet)
+    add_fleet_options(fleet)
+    fleet.set_defaults(run=_fleet)
 
     topics = commands.add_parser("topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
@@ -257,6 +346,30 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
     explain.set_defaults(run=_explain)
+
+    from schemas.topics import INCIDENTS_TOPIC
+
+    dashboard = commands.add_parser(
+        "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"
+    )
+    add_connection_options(dashboard)
+    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument(
+        "--from",
+        dest="start",
+        type=_start_point,
+        default="1h",
+        help="where to start reading: earliest, latest, a time or a duration ago (default 1h)",
+    )
+    dashboard.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    dashboard.add_argument("--incidents-topic", default=INCIDENTS_TOPIC, help=f"default {INCIDENTS_TOPIC}")
+    dashboard.add_argument(
+        "--events-topic", default=EVENTS_TOPIC, help=f"read by a run's timeline (default {EVENTS_TOPIC})"
+    )
+    dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
+    dashboard.add_argument("--policy", help=POLICY_HELP)
+    dashboard.set_defaults(run=_dashboard)
     return parser
 
 

@@ -26,11 +26,13 @@ from streams.engine.config import parse_config
 _MISSING = object()
 
 
-def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    """`loopwarden replay ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG and LOOPWARDEN_POLICY, with `env` added."""
+def run_cli(
+    *args: str, stdin: bytes | None = None, cwd: Path | None = None, command: str = "replay", **env: str
+) -> subprocess.CompletedProcess:
+    """`loopwarden COMMAND ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG and LOOPWARDEN_POLICY, with `env` added."""
     environ = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")} | env
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", *args],
+        [sys.executable, "-m", "streams.cli", command, *args],
         input=stdin if stdin is not None else b"",
         capture_output=True,
         env=environ,

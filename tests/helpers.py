@@ -208,6 +208,7 @@ def names(prefix: str = "t") -> dict[str, str]:
         "events": f"{tag}.events",
         "decisions": f"{tag}.decisions",
         "deadletter": f"{tag}.deadletter",
+        "incidents": f"{tag}.incidents",
     }
 
 
@@ -411,6 +412,48 @@ class Worker:
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
+
+
+class FleetStage(Worker):
+    """A real `loopwarden fleet` subprocess on a test's decision and incident
+    topics, with its own app id and data dir (the same `name` again resumes them)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: dict[str, str],
+        workdir: Path,
+        name: str,
+        *,
+        partitions: int = 3,
+        extra: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        self.data_dir = workdir / f"{name}-data"
+        self.args = [
+            *LOOPWARDEN,
+            "fleet",
+            "--bootstrap",
+            bootstrap,
+            "--app-id",
+            f"{topics['app_id']}-{name}",
+            "--decisions-topic",
+            topics["decisions"],
+            "--incidents-topic",
+            topics["incidents"],
+            "--partitions",
+            str(partitions),
+            "--data-dir",
+            str(self.data_dir),
+            "--standby-replicas",
+            "0",
+            "--session-timeout",
+            "6s",
+            *extra,
+        ]
+        self.proc = None
+        self._log = None
 
 
 _PAIR = re.compile(r'(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S*)')

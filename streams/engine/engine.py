@@ -67,17 +67,24 @@ def apply(state: RunState | None, event: Event, config: FleetConfig, policy: Fle
     armed = 0
     verdicts: list[Verdict] = []
     if isinstance(event, ToolCall):
-        verdicts.append(_on_call(state, event, cfg, pol))
+        verdicts.append(_stamp(_on_call(state, event, cfg, pol), agent_id, event.ts))
     elif isinstance(event, ToolResult):
         verdict = _on_result(state, event, cfg, pol is not None and pol.shadow)
         if verdict is not None:
-            verdicts.append(verdict)
+            verdicts.append(_stamp(verdict, agent_id, event.ts))
     else:
         if state.aborted is None:
             armed = guard.arm(state, cfg)
     state.agent_id = agent_id
     state.last_seq = seq
     return Outcome(state, verdicts, armed)
+
+
+def _stamp(verdict: Verdict, agent_id: str | None, ts: float | str | None) -> Verdict:
+    """What an aggregate across runs needs (the fleet stage): whose run, and when."""
+    verdict.agent_id = agent_id
+    verdict.ts = ts
+    return verdict
 
 
 def _abort_verdict(event: ToolCall | ToolResult, abort: Abort, shadow: bool = False) -> Verdict:

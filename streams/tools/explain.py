@@ -285,6 +285,22 @@ def from_topics(
         consumer.close()
 
 
+def explain_from_topics(
+    bootstrap: str,
+    run_id: str,
+    events_topic: str,
+    decisions_topic: str,
+    config: FleetConfig,
+    policy: FleetPolicy | None = None,
+) -> tuple[list[Step], list[str]]:
+    """The run's steps from the topics, each with the verdicts really published for it."""
+    items, published = from_topics(bootstrap, run_id, events_topic, decisions_topic)
+    steps, refused = explain(items, run_id, config, policy)
+    for step in steps:
+        step.published = published.get(step.seq, [])
+    return steps, refused
+
+
 # --------------------------------------------------------------------------
 # Text
 # --------------------------------------------------------------------------
@@ -455,31 +471,28 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     err = err or sys.stderr
     config = load_config_for_cli(args.config, err)
     policy = load_policy(args.policy)
-    published: dict[int, list[Verdict]] | None = None
-    if args.events:
+    from_file = bool(args.events)
+    if from_file:
         try:
             items = list(events_from_file(args.events))
         except OSError as exc:
             print(f"loopwarden: cannot read events: {exc}", file=err)
             return 2
+        steps, refused = explain(items, args.run_id, config, policy)
     else:
         from streams.tools.audit import AuditError
         from streams.worker.settings import default_bootstrap
 
         try:
-            items, published = from_topics(
-                default_bootstrap(args.bootstrap), args.run_id, args.events_topic, args.decisions_topic
+            steps, refused = explain_from_topics(
+                default_bootstrap(args.bootstrap), args.run_id, args.events_topic, args.decisions_topic, config, policy
             )
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2
-    steps, refused = explain(items, args.run_id, config, policy)
-    if published is not None:
-        for step in steps:
-            step.published = published.get(step.seq, [])
     if args.json:
         for step in steps:
             out.write(json.dumps(step.to_json()) + "\n")
     else:
-        out.write(format_timeline(steps, args.run_id, refused, show_published=published is not None))
+        out.write(format_timeline(steps, args.run_id, refused, show_published=not from_file))
     return 0 if steps else 1

@@ -6,26 +6,37 @@ publish, per run and in order, exactly what this writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO, TextIO
 
 from schemas.codec import BadEvent, append_verdict, decode_event
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from schemas.state import RunState
+from schemas.verdicts import Verdict
 from streams.apply import apply_safely
 
 _BLOCK = 1 << 16
 """Output is written in blocks of about this many bytes."""
 
 
-def replay(
-    lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO, policy: FleetPolicy | None = None
-) -> int:
-    """Write one verdict line per verdict; return how many input lines were refused."""
+class Refusals:
+    """Reports each refused input line on `err`, and counts them."""
+
+    def __init__(self, err: TextIO) -> None:
+        self.err = err
+        self.count = 0
+
+    def __call__(self, number: int, exc: BadEvent) -> None:
+        self.count += 1
+        self.err.write(f"line {number}: {exc}\n")
+
+
+def decide(
+    lines: Iterable[bytes], config: FleetConfig, refusals: Refusals, policy: FleetPolicy | None = None
+) -> Iterator[Verdict]:
+    """The verdicts of these events, in the order the engine decides them."""
     states: dict[str, RunState] = {}
-    refused = 0
-    buffer = bytearray()
     for number, line in enumerate(lines, 1):
         if not line or line.isspace():  # as `not line.strip()`, without copying the line
             continue
@@ -33,15 +44,23 @@ def replay(
             event = decode_event(line)
             outcome = apply_safely(states.get(event.run_id), event, config, policy)
         except BadEvent as exc:
-            refused += 1
-            err.write(f"line {number}: {exc}\n")
+            refusals(number, exc)
             continue
         states[event.run_id] = outcome.state
-        for verdict in outcome.verdicts:
-            append_verdict(buffer, verdict)
+        yield from outcome.verdicts
+
+
+def replay(
+    lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO, policy: FleetPolicy | None = None
+) -> int:
+    """Write one verdict line per verdict; return how many input lines were refused."""
+    refusals = Refusals(err)
+    buffer = bytearray()
+    for verdict in decide(lines, config, refusals, policy):
+        append_verdict(buffer, verdict)
         if len(buffer) >= _BLOCK:
             out.write(buffer)
             buffer.clear()
     out.write(buffer)
     out.flush()
-    return refused
+    return refusals.count

@@ -258,7 +258,7 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
-    from streams.worker.topics import TopicError, describe_partitions, ensure_topics
+    from streams.worker.topics import TopicError, describe_partitions, ensure_topics, log_created
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
     resolved = load_config(settings.config_path)
@@ -268,16 +268,7 @@ def run_worker(settings: Settings) -> int:
     try:
         if settings.create_topics:
             states = ensure_topics(settings.bootstrap, settings.topics)
-            for state in states:
-                if state.created:
-                    logs.event(
-                        log,
-                        logging.INFO,
-                        "topic created",
-                        event="topic_created",
-                        topic=state.name,
-                        partitions=state.partitions,
-                    )
+            log_created(log, states)
             partitions = states[0].partitions
         else:
             found = describe_partitions(settings.bootstrap, [settings.topics.events])

@@ -1,7 +1,8 @@
-"""Creating the project's topics (events, decisions, dead-letter).
+"""Creating the project's topics (events, decisions, dead-letter; and the
+fleet stage's own).
 
-Used by ``loopwarden topics create``, by the worker at start-up and by
-``loopwarden up``. Uses kafka-python's admin client (no Faust). A topic that
+Used by ``loopwarden topics create``, by the worker and the fleet stage at
+start-up and by ``loopwarden up``. Uses kafka-python's admin client (no Faust). A topic that
 already exists is left as it is; its partition count is reported, because the
 worker sizes its table (and the table's changelog) from the events topic that
 really exists.
@@ -64,19 +65,39 @@ def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> l
     """Create whichever of the three topics are missing; describe them all."""
     plan = topics.plan()
     kinds = dict(zip((name for name, _ in plan), ("events", "decisions", "deadletter"), strict=True))
+    states = ensure(
+        bootstrap,
+        [(name, partitions, TOPIC_CONFIGS.get(kinds[name], {})) for name, partitions in plan],
+        topics.replication_factor,
+        timeout=timeout,
+    )
+    for state, (_, partitions) in zip(states, plan, strict=True):
+        if not state.created and state.partitions != partitions and kinds[state.name] == "events":
+            log.info(
+                "events topic already exists with another partition count",
+                extra={"fields": {"topic": state.name, "partitions": state.partitions, "requested": partitions}},
+            )
+    return states
+
+
+def ensure(
+    bootstrap: str,
+    plan: list[tuple[str, int, dict[str, str]]],
+    replication_factor: int,
+    *,
+    timeout: float = 30.0,
+) -> list[TopicState]:
+    """Create whichever topics of `plan` (name, partitions, configs) are
+    missing; describe them all, in the plan's order."""
     try:
         admin = admin_client(bootstrap, timeout)
     except Exception as exc:
         raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
     try:
-        existing = partitions_of(admin, [name for name, _ in plan])
+        existing = partitions_of(admin, [name for name, _, _ in plan])
         missing = {
-            name: {
-                "num_partitions": partitions,
-                "replication_factor": topics.replication_factor,
-                "configs": TOPIC_CONFIGS.get(kinds[name], {}),
-            }
-            for name, partitions in plan
+            name: {"num_partitions": partitions, "replication_factor": replication_factor, "configs": configs}
+            for name, partitions, configs in plan
             if name not in existing
         }
         created: set[str] = set()
@@ -92,15 +113,10 @@ def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> l
             admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
             existing.update(partitions_of(admin, missing))
         states = []
-        for name, partitions in plan:
+        for name, _, _ in plan:
             if name not in existing:
                 raise TopicError(f"topic {name} is not visible after creation")
             states.append(TopicState(name, existing[name], name in created))
-            if name not in created and existing[name] != partitions and kinds[name] == "events":
-                log.info(
-                    "events topic already exists with another partition count",
-                    extra={"fields": {"topic": name, "partitions": existing[name], "requested": partitions}},
-                )
         return states
     except TopicError:
         raise
@@ -108,6 +124,22 @@ def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> l
         raise TopicError(f"cannot create topics on {bootstrap}: {type(exc).__name__}: {exc}") from None
     finally:
         admin.close()
+
+
+def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
+    """One operator line per topic this start-up created."""
+    from streams.observability import logs
+
+    for state in states:
+        if state.created:
+            logs.event(
+                logger,
+                logging.INFO,
+                "topic created",
+                event="topic_created",
+                topic=state.name,
+                partitions=state.partitions,
+            )
 
 
 def describe_partitions(bootstrap: str, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, int]:

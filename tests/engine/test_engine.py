@@ -44,7 +44,31 @@ def test_plain_allow_verdict():
         "paired_tool_name": None,
         "error": None,
         "shadow_decision": None,
+        "agent_id": None,
+        "ts": None,
     }
+
+
+def test_verdicts_carry_the_runs_agent_and_the_deciding_events_ts():
+    """The agent named once by a run's first call stays on every later verdict,
+    including a result's abort; ts is the deciding event's own, as sent."""
+    first = msgspec.structs.replace(call("r1", 1, "read", {"p": 1}, agent="cron"), ts=1796185680.5)
+    outcome = apply(None, first, low())
+    assert (outcome.verdicts[0].agent_id, outcome.verdicts[0].ts) == ("cron", 1796185680.5)
+    state = outcome.state
+    later = msgspec.structs.replace(call("r1", 2, "read", {"p": 1}), ts="2026-12-02T05:30:00Z")
+    (v,) = apply(state, later, low()).verdicts
+    assert (v.agent_id, v.ts) == ("cron", "2026-12-02T05:30:00Z")
+    state = apply(state, compaction("r1", 3), low()).state
+    seq = 4
+    aborted = None
+    while aborted is None:
+        state = apply(state, call("r1", seq, "exec", {"c": 1}, call_id=f"x{seq}"), low()).state
+        timed = msgspec.structs.replace(result("r1", seq + 1, "exec", f"x{seq}", result=SAME), ts=float(seq + 1))
+        out = apply(state, timed, low())
+        state, aborted = out.state, next((v for v in out.verdicts if v.decision == "abort"), None)
+        seq += 2
+    assert (aborted.agent_id, aborted.ts) == ("cron", float(seq - 1))
 
 
 def test_block_verdict_wire_shape():

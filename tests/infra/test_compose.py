@@ -23,7 +23,7 @@ def compose() -> dict:
 
 
 def test_services(compose: dict) -> None:
-    assert set(compose["services"]) == {"kafka", "topics-init", "worker-1", "worker-2"}
+    assert set(compose["services"]) == {"kafka", "topics-init", "worker-1", "worker-2", "fleet", "dashboard"}
 
 
 def test_broker_is_the_same_kafka_in_kraft_mode(compose: dict) -> None:
@@ -36,11 +36,11 @@ def test_broker_is_the_same_kafka_in_kraft_mode(compose: dict) -> None:
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # topics-init creates them
 
 
-@pytest.mark.parametrize("name", ["topics-init", "worker-1", "worker-2"])
+@pytest.mark.parametrize("name", ["topics-init", "worker-1", "worker-2", "fleet", "dashboard"])
 def test_project_services_run_real_commands_against_the_broker(compose: dict, name: str) -> None:
     service = compose["services"][name]
     args = build_parser().parse_args(service["command"])  # fails on an option the CLI does not have
-    assert args.command in {"topics", "worker"}
+    assert args.command in {"topics", "worker", "fleet", "dashboard"}
     env = service["environment"]
     assert env[BOOTSTRAP_ENV] == "kafka:9092"
     config = env[CONFIG_ENV]

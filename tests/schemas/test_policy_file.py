@@ -83,9 +83,9 @@ def test_a_bad_file_names_itself_and_the_field(tmp_path: Path) -> None:
         load_policy(tmp_path / "missing.json")
 
 
-def test_a_verdict_without_policy_only_gains_a_null_shadow_decision() -> None:
+def test_a_verdict_without_policy_ends_with_null_shadow_decision_agent_and_ts() -> None:
     verdict = Verdict(run_id="r", seq=1, tool_call_id="c", tool_name="t", decision="allow")
-    assert encode_verdict(verdict).endswith(b'"error":null,"shadow_decision":null}')
+    assert encode_verdict(verdict).endswith(b'"error":null,"shadow_decision":null,"agent_id":null,"ts":null}')
 
 
 def test_states_stored_before_the_policy_decode_with_its_defaults() -> None:

@@ -28,6 +28,9 @@ export interface Verdict {
   message: string;
   warning_key: string | null;
   error: string | null;
+  /** The run's agent and the deciding event's ts: for loopwarden's aggregates across runs, unused here. */
+  agent_id?: string | null;
+  ts?: number | string | null;
 }
 
 export interface Publisher {

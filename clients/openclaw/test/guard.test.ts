@@ -25,7 +25,8 @@ class Recorder implements Publisher {
     const decision = this.answer(sent);
     if (decision) {
       const verdict = { run_id: sent.run_id, seq: sent.seq, tool_call_id: sent.tool_call_id, tool_name: sent.tool_name,
-        decision, level: "none", detector: null, count: 0, message: `${decision} says loopwarden`, warning_key: null, error: null };
+        decision, level: "none", detector: null, count: 0, message: `${decision} says loopwarden`, warning_key: null, error: null,
+        shadow_decision: null, agent_id: "main", ts: 1796187600 };
       setImmediate(() => this.guard.verdict(JSON.stringify(verdict)));
     }
   }

@@ -1,0 +1,305 @@
+"""`loopwarden dashboard`: one live page for operators.
+
+It reads the decision and incident topics with consumers of its own (no
+consumer group: it never joins, rebalances or commits, so it cannot take a
+partition from a worker), from a chosen point, and keeps a bounded summary
+(`Board`): verdicts per minute by decision, the incidents, the latest blocks
+and aborts, the runs in flight. The page (dashboard.html, plain HTML and
+JavaScript, nothing fetched from elsewhere) gets that summary as server-sent
+events; a click on a run asks for its `explain` timeline, computed by
+streams/tools/explain.py from the topics, as `loopwarden explain` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import msgspec
+
+from schemas.codec import decode_incident, decode_verdict
+from schemas.config import FleetConfig
+from schemas.incidents import Incident
+from schemas.policy import FleetPolicy
+from schemas.verdicts import Verdict
+from streams import kafka_clients
+from streams.observability import logs
+
+log = logging.getLogger("loopwarden.dashboard")
+
+DECISIONS = ("allow", "warn", "block", "abort")
+#: What the board keeps: the chart's minutes, the blocks and aborts listed,
+#: the incidents listed, the runs it remembers, and how long a run without a
+#: new verdict still counts as in flight.
+CHART_MINUTES = 30
+LATEST = 50
+INCIDENTS = 100
+RUNS = 5000
+IN_FLIGHT_SECONDS = 300.0
+
+
+class Board:
+    """The page's state, fed by the two topics; every part bounded."""
+
+    def __init__(self) -> None:
+        self.minutes: OrderedDict[int, Counter[str]] = OrderedDict()
+        self.latest: deque[dict[str, Any]] = deque(maxlen=LATEST)
+        self.incidents: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self.runs: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.version = 0
+
+    def verdict(self, verdict: Verdict, at_ms: int) -> None:
+        minute = at_ms // 60_000 * 60
+        counts = self.minutes.get(minute)
+        if counts is None:
+            counts = self.minutes[minute] = Counter()
+            while len(self.minutes) > CHART_MINUTES * 2:
+                self.minutes.popitem(last=False)
+        counts[verdict.decision] += 1
+        at = at_ms / 1000
+        if verdict.decision in ("block", "abort"):
+            self.latest.appendleft(
+                {
+                    "at": at,
+                    "run_id": verdict.run_id,
+                    "agent_id": verdict.agent_id,
+                    "decision": verdict.decision,
+                    "tool_name": verdict.tool_name,
+                    "detector": verdict.detector,
+                    "count": verdict.count,
+                    "message": verdict.message,
+                }
+            )
+        run = self.runs.pop(verdict.run_id, None) or {"run_id": verdict.run_id, "calls": 0, "blocked": 0}
+        run.update(agent_id=verdict.agent_id, last=verdict.decision, tool_name=verdict.tool_name, at=at)
+        run["calls"] += 1
+        run["blocked"] += verdict.decision == "block"
+        run["aborted"] = verdict.decision == "abort"
+        self.runs[verdict.run_id] = run
+        if len(self.runs) > RUNS:
+            self.runs.popitem(last=False)
+        self.version += 1
+
+    def incident(self, incident: Incident, at_ms: int) -> None:
+        key = (incident.fingerprint, incident.window_start)
+        self.incidents.pop(key, None)
+        self.incidents[key] = {**msgspec.to_builtins(incident), "at": at_ms / 1000}
+        if len(self.incidents) > INCIDENTS:
+            self.incidents.popitem(last=False)
+        self.version += 1
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """What the page shows at `now` (seconds): the chart's last minutes, incidents by runs,
+        blocks and aborts newest first, runs with a verdict in the last five minutes and not aborted."""
+        this_minute = int(now) // 60 * 60
+        chart = [
+            {"t": minute, **{d: self.minutes.get(minute, Counter())[d] for d in DECISIONS}}
+            for minute in range(this_minute - 60 * (CHART_MINUTES - 1), this_minute + 60, 60)
+        ]
+        in_flight = [r for r in reversed(self.runs.values()) if not r["aborted"] and now - r["at"] <= IN_FLIGHT_SECONDS]
+        return {
+            "now": now,
+            "chart": chart,
+            "incidents": sorted(self.incidents.values(), key=lambda i: (-i["runs"], -i["at"])),
+            "latest": list(self.latest),
+            "runs": in_flight[:100],
+            "runs_in_flight": len(in_flight),
+        }
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the board reads from, and where `explain` looks."""
+
+    bootstrap: str
+    decisions_topic: str
+    incidents_topic: str
+    events_topic: str
+    start: str
+    """earliest, latest, or a point `loopwarden audit --since` accepts (a time, or a duration ago)."""
+
+
+async def _seek(consumer: Any, tps: list[Any], start: str) -> None:
+    if start == "earliest":
+        await consumer.seek_to_beginning(*tps)
+    elif start == "latest":
+        await consumer.seek_to_end(*tps)
+    else:
+        from streams.tools.audit import parse_since
+
+        found = await consumer.offsets_for_times({tp: parse_since(start) for tp in tps})
+        for tp in tps:
+            if found.get(tp) is None:
+                await consumer.seek_to_end(tp)
+            else:
+                consumer.seek(tp, found[tp].offset)
+
+
+async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | None = None) -> None:
+    """Feed every record of `topic` from the source's start to `take(value, timestamp_ms)`;
+    waits for a topic that does not exist yet (the incident topic before the fleet stage runs)."""
+    from aiokafka import TopicPartition
+
+    from streams.worker.topics import describe_partitions
+
+    # Asked without creating the topic, so that the stage which owns it creates it with its partitions.
+    said = False
+    while True:
+        try:
+            partitions = await asyncio.to_thread(describe_partitions, source.bootstrap, [topic])
+            problem = None if partitions else "no such topic yet"
+        except Exception as exc:  # the broker is down or unreachable: the page waits for it
+            partitions, problem = {}, f"{type(exc).__name__}: {exc}"
+        if partitions:
+            break
+        if not said:
+            logs.event(log, logging.WARNING, f"waiting for {topic}", event="waiting", topic=topic, problem=problem)
+            said = True
+        await asyncio.sleep(2.0)
+    consumer = kafka_clients.aio_consumer(
+        source.bootstrap, group_id=None, enable_auto_commit=False, client_id="loopwarden-dashboard"
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions[topic])]
+        consumer.assign(tps)
+        await _seek(consumer, tps, source.start)
+        if ready is not None:
+            ready.set()
+        while True:
+            batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+            for records in batch.values():
+                for record in records:
+                    take(record.value, record.timestamp)
+    finally:
+        await consumer.stop()
+
+
+def _feeder(board: Board, decode: Any, add: Any, what: str) -> Any:
+    def take(value: bytes, at_ms: int) -> None:
+        try:
+            item = decode(value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            logs.event(log, logging.WARNING, f"not {what}: skipped", event="bad_record", error=str(exc)[:200])
+            return
+        add(board, item, at_ms)
+
+    return take
+
+
+def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, board: Board) -> Any:
+    """The aiohttp application: the page, its live feed and the explain timeline."""
+    from aiohttp import web
+
+    from streams.tools.audit import AuditError
+    from streams.tools.explain import explain_from_topics, format_timeline
+
+    page = resources.files("streams.tools").joinpath("dashboard.html").read_bytes()
+
+    async def index(request: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+    async def feed(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        sent = -1
+        try:
+            while True:
+                if board.version != sent:
+                    sent = board.version
+                    await response.write(b"data: " + json.dumps(board.snapshot(time.time())).encode() + b"\n\n")
+                else:
+                    await response.write(b": idle\n\n")  # finds a closed connection
+                await asyncio.sleep(1.0)
+        except ConnectionResetError:  # the page was closed
+            return response
+
+    async def explain_run(request: web.Request) -> web.Response:
+        run_id = request.query.get("run", "")
+        if not run_id:
+            return web.Response(status=400, text="missing ?run=RUN_ID")
+        try:
+            steps, refused = await asyncio.to_thread(
+                explain_from_topics,
+                source.bootstrap,
+                run_id,
+                source.events_topic,
+                source.decisions_topic,
+                config,
+                policy,
+            )
+        except AuditError as exc:  # no events topic, or the broker is unreachable
+            return web.Response(status=503, text=f"cannot read run {run_id}: {exc}")
+        text = format_timeline(steps, run_id, refused, show_published=True)
+        return web.Response(text=text, status=200 if steps else 404)
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/events", feed)
+    app.router.add_get("/explain", explain_run)
+    return app
+
+
+class CannotListen(RuntimeError):
+    """The page's address cannot be bound."""
+
+
+async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None, host: str, port: int) -> None:
+    from aiohttp import web
+
+    board = Board()
+    runner = web.AppRunner(create_app(source, config, policy, board), access_log=None)  # no line per request
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        await runner.cleanup()
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from None
+    readers = [
+        asyncio.create_task(
+            follow(source, source.decisions_topic, _feeder(board, decode_verdict, Board.verdict, "a verdict"))
+        ),
+        asyncio.create_task(
+            follow(source, source.incidents_topic, _feeder(board, decode_incident, Board.incident, "an incident"))
+        ),
+    ]
+    logs.event(
+        log,
+        logging.INFO,
+        f"dashboard on http://{host}:{port}/",
+        event="serving",
+        decisions=source.decisions_topic,
+        incidents=source.incidents_topic,
+        start=source.start,
+    )
+    try:
+        await asyncio.gather(*readers)
+    finally:
+        await runner.cleanup()
+
+
+def main(args: Any) -> int:
+    """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
+    from schemas.configfile import load_config_for_cli
+    from schemas.policyfile import load_policy
+    from streams.worker.settings import default_bootstrap
+
+    logs.setup("info", "logfmt")
+    config = load_config_for_cli(args.config, sys.stderr)
+    policy = load_policy(args.policy)
+    source = Source(
+        default_bootstrap(args.bootstrap), args.decisions_topic, args.incidents_topic, args.events_topic, args.start
+    )
+    try:
+        asyncio.run(serve(source, config, policy, args.host, args.port))
+    except CannotListen as exc:
+        print(f"loopwarden dashboard: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,31 @@
+"""`loopwarden incidents`: the incidents the fleet stage would publish for a
+trace, recomputed offline from its events (replay, then the same aggregation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import BinaryIO, TextIO
+
+from schemas.codec import encode_incident
+from schemas.config import FleetConfig
+from schemas.policy import FleetPolicy
+from streams.fleet.incidents import IncidentSettings, incidents
+from streams.tools.replay import Refusals, decide
+
+
+def print_incidents(
+    lines: Iterable[bytes],
+    config: FleetConfig,
+    out: BinaryIO,
+    err: TextIO,
+    settings: IncidentSettings,
+    clock: Callable[[], float],
+    policy: FleetPolicy | None = None,
+) -> int:
+    """One JSON incident per line, in the order the verdicts behind them are
+    decided; return how many input lines were refused."""
+    refusals = Refusals(err)
+    for incident in incidents(decide(lines, config, refusals, policy), settings, clock):
+        out.write(encode_incident(incident) + b"\n")
+    out.flush()
+    return refusals.count

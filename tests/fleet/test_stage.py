@@ -1,0 +1,121 @@
+"""The fleet stage (`loopwarden fleet`) through the real broker, behind a real
+worker: it publishes exactly what `loopwarden incidents` prints, across a restart."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from builders import run_cli
+from helpers import FleetStage, Worker, consume, names, produce
+from schemas.codec import decode_incident, decode_verdict, encode_verdict
+from schemas.verdicts import Verdict
+from streams.fleet.incidents import fingerprint
+from streams.worker.settings import Topics
+from streams.worker.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = ROOT / "examples" / "fleet-trace.jsonl"
+CONFIG = ROOT / "examples" / "loopwarden.json5"
+
+
+def dedupe_key(data: bytes) -> tuple:
+    incident = decode_incident(data)
+    return (incident.fingerprint, incident.window_start, incident.status, incident.runs)
+
+
+def incidents_until(bootstrap: str, topic: str, wanted: set[tuple], timeout: float) -> list[bytes]:
+    """The incident topic's records once every wanted (dedupe) key is there, a second more for stragglers."""
+    deadline = time.monotonic() + timeout
+    records: list[bytes] = []
+    while time.monotonic() < deadline:
+        records = [r.value for r in consume(bootstrap, topic, count=len(wanted), timeout=5, settle=1)]
+        if wanted <= {dedupe_key(r) for r in records}:
+            break
+    return records
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path, stop):
+    """Events and decisions on one partition each, so the stage sees the
+    verdicts in the order they were decided (see docs/FLEET.md): then every
+    record, samples included, is the offline one. The stage is stopped (or
+    killed) half-way through the trace and started again on the same data dir."""
+    offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents")
+    assert offline.returncode == 0, offline.stderr
+    expected = offline.stdout.splitlines()
+    scopes = {decode_incident(line).scope for line in expected}
+    assert len(expected) == 4 and scopes == {"fleet", "agent"}  # the trace has both kinds
+    lines = FLEET.read_bytes().splitlines()
+    topics = names("fleet")
+    with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
+        worker.wait_assigned()
+        stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+        try:
+            produce(broker.bootstrap, topics["decisions"], [b"not a verdict"], keys=[b"r"])  # skipped, logged
+            produce(broker.bootstrap, topics["events"], lines[:600])
+            before = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected[:2]}, 90)
+            assert stage.stop(stop) == (0 if stop == signal.SIGTERM else -stop), stage.log()[-3000:]
+            produce(broker.bootstrap, topics["events"], lines[600:])
+            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+            records = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected}, 120)
+        finally:
+            stage.stop()
+    assert before and set(before) <= set(expected), stage.log()[-4000:]
+    by_key: dict[tuple, set[bytes]] = {}
+    for record in records:
+        by_key.setdefault(dedupe_key(record), set()).add(record)
+    assert all(len(same) == 1 for same in by_key.values()), "a re-published record differs"
+    assert sorted(record for (record,) in by_key.values()) == sorted(expected), stage.log()[-4000:]
+    assert stage.lines("bad_verdict")[0]["error"].startswith("JSON is malformed")
+    # only blocks and aborts were regrouped, each under its fingerprint
+    replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
+    counted = {(v.run_id, v.seq) for v in map(decode_verdict, replayed) if fingerprint(v)}
+    regrouped = consume(broker.bootstrap, f"{topics['app_id']}-fleet-fingerprint-repartition", count=10**6, timeout=5)
+    assert {r.key.decode() for r in regrouped} == {decode_incident(x).fingerprint for x in expected}
+    assert all(fingerprint(decode_verdict(r.value)) == r.key.decode() for r in regrouped)
+    assert {(v.run_id, v.seq) for v in (decode_verdict(r.value) for r in regrouped)} == counted
+    opened = {line["fingerprint"] for line in stage.lines("incident_open")}
+    assert opened == {decode_incident(x).fingerprint for x in expected}  # one operator line each
+
+
+def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
+    """Verdicts published straight to the decision topic; once the sweep has
+    deleted the fingerprint's tally, the same runs open a new incident."""
+    topics = names("sweep")
+    verdicts = [
+        Verdict(
+            run_id=f"r{n}",
+            seq=1,
+            tool_call_id="c",
+            tool_name="nope",
+            decision="block",
+            detector="unknown_tool_repeat",
+            ts=1796187600.0,
+        )
+        for n in range(2)
+    ]
+    lines = [encode_verdict(v) for v in verdicts]
+    ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
+    options = ["--window", "1s", "--lateness", "0s", "--ttl", "2s", "--min-runs", "2"]
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet", partitions=1, extra=options) as stage:
+        produce(broker.bootstrap, topics["decisions"], lines)
+        stage.wait_for(lambda: stage.lines("incident_open"), 60, "the first incident")
+        stage.wait_for(lambda: stage.lines("swept"), 30, "the sweep")
+        produce(broker.bootstrap, topics["decisions"], lines)
+        stage.wait_for(lambda: len(stage.lines("incident_open")) == 2, 30, "the incident opened again")
+    assert stage.lines("swept")[0]["fingerprints"] == "1"
+
+
+def test_a_missing_decision_topic_stops_the_stage_at_start_up(broker, tmp_path):
+    topics = names("nodecisions")
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet") as stage:
+        assert stage.proc.wait(60) == 1
+    (failed,) = stage.lines("startup_failed")
+    assert failed["msg"] == f"decisions topic {topics['decisions']} does not exist (loopwarden topics create)"
+    assert stage.lines("topic_created") == []  # nothing made for a stage that cannot run

@@ -1,0 +1,160 @@
+"""`loopwarden dashboard`: its board (what the page shows), and the page
+itself in headless Chromium while a trace flows through a real worker and
+fleet stage."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from browser import Browser, chromium_path
+from builders import run_cli
+from helpers import LOOPWARDEN, REPO, FleetStage, Worker, names, produce
+from schemas.codec import decode_incident, decode_verdict
+from schemas.verdicts import Verdict
+from streams.tools.dashboard import IN_FLIGHT_SECONDS, LATEST, Board
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = ROOT / "examples" / "fleet-trace.jsonl"
+CONFIG = ROOT / "examples" / "loopwarden.json5"
+NOW = 1796187600.0
+
+
+def verdict(run: str, decision: str = "allow", agent: str | None = "a") -> Verdict:
+    return Verdict(run_id=run, seq=1, tool_call_id="c", tool_name="exec", decision=decision, agent_id=agent)
+
+
+def test_the_board_counts_minutes_lists_blocks_and_keeps_runs_in_flight():
+    board = Board()
+    ms = int(NOW * 1000)
+    for n, decision in enumerate(["allow", "allow", "warn", "block", "abort"]):
+        board.verdict(verdict(f"r{n}", decision), ms + 1000 * n)
+    board.verdict(verdict("old", "block"), ms - int(IN_FLIGHT_SECONDS * 1000) - 60_000)  # an earlier minute
+    shown = board.snapshot(NOW + 10)
+    this_minute = shown["chart"][-1]
+    assert (this_minute["t"], this_minute["allow"], this_minute["warn"], this_minute["block"]) == (NOW, 2, 1, 1)
+    assert sum(m["block"] for m in shown["chart"]) == 2 and len(shown["chart"]) == 30
+    assert [b["run_id"] for b in shown["latest"]] == ["old", "r4", "r3"]  # newest first as read
+    assert [r["run_id"] for r in shown["runs"]] == ["r3", "r2", "r1", "r0"]  # not aborted, not idle
+    for n in range(LATEST + 10):
+        board.verdict(verdict(f"b{n}", "block"), ms)
+    assert len(board.snapshot(NOW)["latest"]) == LATEST
+
+
+def test_a_start_point_that_is_not_one_exits_2():
+    done = run_cli("--from", "yesterday", command="dashboard")
+    assert done.returncode == 2 and b"expected earliest, latest, a time" in done.stderr
+
+
+def test_a_taken_port_is_named():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("--port", str(port), "--bootstrap", "127.0.0.1:9", command="dashboard")
+    assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}".encode() in done.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.integration
+def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_path):
+    """The page is open before the trace is published; incidents, blocked runs
+    and a run's timeline appear in its DOM as the worker and the stage publish."""
+    binary = chromium_path()
+    offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents").stdout.splitlines()
+    final = {}
+    for line in offline:
+        incident = decode_incident(line)
+        final[incident.fingerprint] = incident.runs
+    replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
+    blocked = {v.run_id for v in map(decode_verdict, replayed) if v.decision == "block"}
+    topics = names("dash")
+    port = free_port()
+    lines = FLEET.read_bytes().splitlines()
+    log = open(tmp_path / "dashboard.log", "wb")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")}
+    dashboard = subprocess.Popen(
+        [
+            *LOOPWARDEN,
+            "dashboard",
+            "--bootstrap",
+            broker.bootstrap,
+            "--port",
+            str(port),
+            "--from",
+            "earliest",
+            "--decisions-topic",
+            topics["decisions"],
+            "--incidents-topic",
+            topics["incidents"],
+            "--events-topic",
+            topics["events"],
+            "--config",
+            str(CONFIG),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+    )
+
+    async def scenario(stage: FleetStage) -> str:
+        browser = await Browser(binary, tmp_path / "profile").open()
+        try:
+            for _ in range(100):  # the dashboard may still be starting
+                await browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+                await asyncio.sleep(0.3)
+                if await browser.evaluate("!!document.getElementById('incidents')"):
+                    break
+            await browser.wait_for("document.getElementById('status').textContent.startsWith('live')", 30, "feed")
+            produce(broker.bootstrap, topics["events"], lines[:600])
+            produce(broker.bootstrap, topics["events"], lines[600:])
+            rows = "[...document.querySelectorAll('#incidents tbody tr[data-fingerprint]')]"
+            shown = await browser.wait_for(
+                f"{rows}.length === {len(final)} && {rows}.map(tr => [tr.dataset.fingerprint, +tr.cells[3].textContent])"
+                f".every(([f, n]) => ({json.dumps(final)})[f] === n) && {rows}.map(tr => tr.dataset.fingerprint)",
+                120,
+                "incidents with their final counts",
+            )
+            assert sorted(shown) == sorted(final)
+            latest = await browser.wait_for(
+                "[...document.querySelectorAll('#latest a.run')].map(a => a.dataset.run)", 30, "blocked runs"
+            )
+            assert latest and set(latest) <= blocked
+            await browser.evaluate("document.querySelector('#incidents a.run[data-run=\"heartbeat-0\"]').click()")
+            return await browser.wait_for(
+                "document.getElementById('timeline').textContent.includes('summary:') &&"
+                " document.getElementById('timeline').textContent",
+                60,
+                "the run's timeline",
+            )
+        finally:
+            await browser.close()
+
+    try:
+        with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
+            worker.wait_assigned()
+            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+            try:
+                timeline = asyncio.run(scenario(stage))
+            finally:
+                stage.stop()
+    finally:
+        dashboard.send_signal(signal.SIGINT)
+        dashboard.wait(15)
+        log.close()
+    assert timeline.startswith("run heartbeat-0: 24 events, agent heartbeat")
+    assert "BLOCK unknown_tool_repeat" in timeline
+    assert "published on the decision topic: 12 of 12 verdicts identical" in timeline
