@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
+from streams.kafka_clients import SecurityError
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
@@ -53,11 +54,14 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from streams.worker.settings import default_bootstrap, topics_from_args
+    from streams.worker.settings import default_bootstrap, security_from_args, topics_from_args
     from streams.worker.topics import TopicError, ensure_topics
 
+    security = security_from_args(args)
     try:
-        states = ensure_topics(default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout)
+        states = ensure_topics(
+            default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout, security=security
+        )
     except TopicError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
@@ -68,10 +72,13 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 def _produce(args: argparse.Namespace) -> int:
     from streams.tools.produce import produce_file
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import default_bootstrap, security_from_args
 
+    security = security_from_args(args)
     try:
-        report = produce_file(args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw)
+        report = produce_file(
+            args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw, security=security
+        )
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
@@ -80,28 +87,37 @@ def _produce(args: argparse.Namespace) -> int:
         return 1
     print(
         f"sent {report.sent} events to {args.topic}"
-        + (f", refused {report.refused} bad lines" if report.refused else ""),
+        + (f", refused {report.refused} bad lines" if report.refused else "")
+        + (f", {report.failed} not accepted by Kafka ({report.error})" if report.failed else ""),
         file=sys.stderr,
     )
-    return 1 if report.refused else 0
+    return 1 if report.refused or report.failed else 0
 
 
 def _tail(args: argparse.Namespace) -> int:
     from streams.tools.tail import tail
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import default_bootstrap, security_from_args
 
     topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
-    printed = tail(
-        default_bootstrap(args.bootstrap),
-        topic,
-        sys.stdout.buffer,
-        from_beginning=args.from_beginning,
-        max_records=args.max,
-        timeout=args.timeout,
-        idle=args.idle,
-        deadletter=args.deadletter,
-        dedupe=args.dedupe,
-    )
+    security = security_from_args(args)
+    try:
+        printed = tail(
+            default_bootstrap(args.bootstrap),
+            topic,
+            sys.stdout.buffer,
+            from_beginning=args.from_beginning,
+            max_records=args.max,
+            timeout=args.timeout,
+            idle=args.idle,
+            deadletter=args.deadletter,
+            dedupe=args.dedupe,
+            security=security,
+        )
+    except BrokenPipeError:
+        raise
+    except Exception as exc:  # broker unreachable, refused by an ACL
+        print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     if args.max is not None and printed < args.max:
         return 1
     return 0
@@ -145,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
     from streams.worker.settings import (
         add_connection_options,
+        add_security_options,
         add_topic_options,
         add_worker_options,
         duration,
@@ -256,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
+    add_security_options(explain)
     explain.set_defaults(run=_explain)
     return parser
 
@@ -269,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except PolicyError as exc:
         print(f"loopwarden: policy error: {exc}", file=sys.stderr)
+        return 2
+    except SecurityError as exc:
+        print(f"loopwarden: security settings: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -57,6 +57,7 @@ from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.apply import apply_safely
 
 
@@ -113,10 +114,11 @@ def format_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _consumer(bootstrap: str, client_id: str) -> Any:
+def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
     try:
         return kafka_clients.consumer(
             bootstrap,
+            security=security,
             client_id=client_id,
             group_id=None,  # no group: never joins, rebalances or commits
             enable_auto_commit=False,
@@ -377,9 +379,10 @@ def run_audit(
     wait: float = 5.0,
     first_seq: int = 0,
     policy: FleetPolicy | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> AuditReport:
     """Recompute and compare; `since_ms=None` means from the beginning."""
-    consumer = _consumer(bootstrap, "loopwarden-audit")
+    consumer = _consumer(bootstrap, "loopwarden-audit", security)
     try:
         event_tps = _partitions(consumer, events_topic)
         decision_tps = _partitions(consumer, decisions_topic)
@@ -558,11 +561,13 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
     from schemas.policyfile import load_policy
+    from streams.worker.settings import security_from_args
 
     out = out or sys.stdout
     err = err or sys.stderr
     config = load_config_for_cli(args.config, err)
     policy = load_policy(args.policy)
+    security = security_from_args(args)
     try:
         since_ms = parse_since(args.since) if args.since else None
         report = run_audit(
@@ -575,6 +580,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             wait=args.wait,
             first_seq=args.first_seq,
             policy=policy,
+            security=security,
         )
     except AuditError as exc:
         print(f"loopwarden audit: {exc}", file=err)

@@ -103,7 +103,7 @@ def create_app(
     """The Faust app with its topic, table, processing task and timers."""
     app = WorkerApp(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
         autodiscover=False,
         store=STORE_URL,
         datadir=str(settings.data_dir),
@@ -267,7 +267,7 @@ def run_worker(settings: Settings) -> int:
         logs.event(log, logging.WARNING, note, event="config_corrected")
     try:
         if settings.create_topics:
-            states = ensure_topics(settings.bootstrap, settings.topics)
+            states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)
             for state in states:
                 if state.created:
                     logs.event(
@@ -280,7 +280,7 @@ def run_worker(settings: Settings) -> int:
                     )
             partitions = states[0].partitions
         else:
-            found = describe_partitions(settings.bootstrap, [settings.topics.events])
+            found = describe_partitions(settings.bootstrap, [settings.topics.events], security=settings.security)
             if settings.topics.events not in found:
                 raise TopicError(f"events topic {settings.topics.events} does not exist (and --no-create-topics)")
             partitions = found[settings.topics.events]
@@ -303,6 +303,8 @@ def run_worker(settings: Settings) -> int:
         event="starting",
         app_id=settings.app_id,
         bootstrap=settings.bootstrap,
+        security=settings.security.protocol,
+        sasl_user=settings.security.sasl_username or "-",
         events=settings.topics.events,
         decisions=settings.topics.decisions,
         deadletter=settings.topics.deadletter,
