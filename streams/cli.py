@@ -216,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="data dir of a broker started here (default ./data/kafka, else ~/.cache/loopwarden/kafka)",
     )
     up.add_argument("--demo-timeout", type=duration, default=120.0, help="give up on the demo after (default 2m)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="start the local broker with TLS, SASL/SCRAM and ACLs; the worker and the demo connect "
+        "as the worker and gateway roles (docs/SECURITY.md)",
+    )
     up.set_defaults(run=_up)
 
     from streams.tools.broker import add_broker_commands

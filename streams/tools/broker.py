@@ -575,7 +575,10 @@ class LocalBroker:
         if self.properties:
             text += "\n# Overrides given to LocalBroker(properties=...)\n"
             text += "".join(f"{k}={v}\n" for k, v in self.properties.items())
-        (data / SERVER_PROPERTIES).write_text(text)
+        if self.secure:  # holds the broker's own password: owner-only
+            secure.write_private(data / SERVER_PROPERTIES, text)
+        else:
+            (data / SERVER_PROPERTIES).write_text(text)
         (data / LOG4J_PROPERTIES).write_text(_LOG4J_TEMPLATE.format(log=data / LOG_DIR / SERVER_LOG))
 
     def _format(self, lib: Path) -> None:

@@ -31,6 +31,7 @@ import os
 import secrets
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise SecureSetupError(f"openssl {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
-def _private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (created so, never widened)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -90,7 +91,7 @@ def make_secrets(data_dir: Path) -> None:
     for user in (ADMIN, *ROLES):
         path = password_file(data_dir, user)
         if not path.exists():
-            _private(path, secrets.token_urlsafe(24) + "\n")
+            write_private(path, secrets.token_urlsafe(24) + "\n")
     if (folder / _BROKER_KEYSTORE).exists():
         return
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
@@ -113,7 +114,7 @@ def make_secrets(data_dir: Path) -> None:
                  "-CAcreateserial", "-out", f"{work}/broker.crt", "-days", _DAYS,
                  "-extfile", str(extensions), cwd=folder)  # fmt: skip
         key = Path(work, "broker.key").read_text()
-        _private(folder / _BROKER_KEYSTORE, key + Path(work, "broker.crt").read_text())
+        write_private(folder / _BROKER_KEYSTORE, key + Path(work, "broker.crt").read_text())
     (folder / CA_FILE).chmod(0o644)
 
 
@@ -159,7 +160,7 @@ def format_arguments(data_dir: Path) -> Iterator[list[str]]:
         f"--add-scram\n{MECHANISM}=[name={user},password={_password(data_dir, user)}]\n" for user in (ADMIN, *ROLES)
     ]
     path = secrets_dir(data_dir) / "format.args"
-    _private(path, "".join(lines))
+    write_private(path, "".join(lines))
     try:
         yield [f"@{path}"]
     finally:
@@ -186,7 +187,7 @@ def write_env_files(data_dir: Path, bootstrap: str) -> None:
         values = {"LOOPWARDEN_BOOTSTRAP": bootstrap, **role_security(data_dir, role).env()}
         if role == WORKER:
             values["LOOPWARDEN_APP_ID"] = APP_ID
-        _private(secrets_dir(data_dir) / f"{role}.env", "".join(f"{k}={v}\n" for k, v in values.items()))
+        write_private(secrets_dir(data_dir) / f"{role}.env", "".join(f"{k}={v}\n" for k, v in values.items()))
 
 
 def role_acls() -> list[object]:
@@ -225,23 +226,41 @@ def role_acls() -> list[object]:
     ]
 
 
-def grant(data_dir: Path, bootstrap: str) -> None:
-    """As the super user: create the project's topics and the roles' ACLs
-    (both idempotent, so every start brings them in line with this code)."""
+def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
+    """As the super user: add the roles' ACLs and create the project's topics
+    (both idempotent, so every start adds what is missing), then write the
+    env files. Returns once the broker enforces the ACLs: they reach its
+    authorizer through the metadata log, a moment after they are accepted."""
+    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+    from kafka.admin import ResourcePatternFilter, ResourceType
+
     from streams import kafka_clients
     from streams.worker.settings import Topics
     from streams.worker.topics import TopicError, ensure_topics
 
     admin_security = role_security(data_dir, ADMIN)
+    wanted = role_acls()
+    every_acl = ACLFilter(
+        None,
+        None,
+        ACLOperation.ANY,
+        ACLPermissionType.ANY,
+        ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
+    admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
+    try:
+        failed = admin.create_acls(wanted)["failed"]
+        if failed:
+            raise SecureSetupError(f"cannot create ACLs: {failed}")
+        deadline = time.monotonic() + timeout
+        while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
+            if time.monotonic() >= deadline:
+                raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
+            time.sleep(0.05)
+    finally:
+        admin.close()
     try:
         ensure_topics(bootstrap, Topics(), security=admin_security)
     except TopicError as exc:
         raise SecureSetupError(str(exc)) from None
-    admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
-    try:
-        failed = admin.create_acls(role_acls())["failed"]
-    finally:
-        admin.close()
-    if failed:
-        raise SecureSetupError(f"cannot create ACLs: {failed}")
     write_env_files(data_dir, bootstrap)
