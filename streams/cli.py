@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
-from streams.kafka_clients import SecurityError
+from streams.kafka_clients import ConnectionRefused, SecurityError
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
@@ -54,14 +54,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from streams.worker.settings import default_bootstrap, security_from_args, topics_from_args
+    from streams.worker.settings import connection_from_args, topics_from_args
     from streams.worker.topics import TopicError, ensure_topics
 
-    security = security_from_args(args)
+    bootstrap, security = connection_from_args(args)
     try:
-        states = ensure_topics(
-            default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout, security=security
-        )
+        states = ensure_topics(bootstrap, topics_from_args(args), timeout=args.timeout, security=security)
     except TopicError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
@@ -72,13 +70,11 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 def _produce(args: argparse.Namespace) -> int:
     from streams.tools.produce import produce_file
-    from streams.worker.settings import default_bootstrap, security_from_args
+    from streams.worker.settings import connection_from_args
 
-    security = security_from_args(args)
+    bootstrap, security = connection_from_args(args)
     try:
-        report = produce_file(
-            args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw, security=security
-        )
+        report = produce_file(args.events, bootstrap, args.topic, raw=args.raw, security=security)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
@@ -96,13 +92,13 @@ def _produce(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     from streams.tools.tail import tail
-    from streams.worker.settings import default_bootstrap, security_from_args
+    from streams.worker.settings import connection_from_args
 
     topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
-    security = security_from_args(args)
+    bootstrap, security = connection_from_args(args)
     try:
         printed = tail(
-            default_bootstrap(args.bootstrap),
+            bootstrap,
             topic,
             sys.stdout.buffer,
             from_beginning=args.from_beginning,
@@ -137,9 +133,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from streams.tools.audit import main as audit_main
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import connection_from_args
 
-    args.bootstrap = default_bootstrap(args.bootstrap)
+    args.bootstrap, args.security = connection_from_args(args)
     return audit_main(args)
 
 
@@ -296,6 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SecurityError as exc:
         print(f"loopwarden: security settings: {exc}", file=sys.stderr)
+        return 2
+    except ConnectionRefused as exc:
+        print(f"loopwarden: Kafka refused the connection: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -352,3 +352,68 @@ def faust_connection(bootstrap: str, transport: str = "kafka", security: KafkaSe
         credentials = faust.SSLCredentials(context)
     settings["broker_credentials"] = credentials
     return settings
+
+
+# --------------------------------------------------------------------------
+# Start-up check
+# --------------------------------------------------------------------------
+
+
+class ConnectionRefused(RuntimeError):
+    """The brokers refused this client's connection; the message says at
+    which step (TCP, TLS handshake, SASL authentication) and why."""
+
+
+def check_connection(bootstrap: str, security: KafkaSecurity = PLAINTEXT, timeout: float = 10.0) -> None:
+    """Connect to a bootstrap server as every client will (TCP, the TLS
+    handshake, SASL authentication, one metadata request), and raise
+    `ConnectionRefused` saying what failed. The clients themselves only
+    report, after their whole bootstrap timeout, that they could not
+    bootstrap; a command runs this first so that a wrong setting is named
+    at start-up. A broker that cannot be reached at all is not a refusal:
+    the clients' own retries and errors apply to it, as without this check."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()  # never the thread's loop: Faust makes its own later
+    try:
+        loop.run_until_complete(asyncio.wait_for(_probe(bootstrap, security, timeout), timeout))
+    except TimeoutError:
+        pass
+    finally:
+        loop.close()
+
+
+async def _probe(bootstrap: str, security: KafkaSecurity, timeout: float) -> None:
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    server = bootstrap.split(",")[0].strip()
+    host, _, port = server.rpartition(":")
+    settings = connection(bootstrap, security)
+    del settings["bootstrap_servers"]
+    try:
+        conn = await create_conn(host, int(port), request_timeout_ms=int(timeout * 1000), **settings)
+        try:
+            await conn.send(MetadataRequest(topics=[]))
+        finally:
+            conn.close()
+    except ssl.SSLCertVerificationError as exc:
+        raise ConnectionRefused(
+            f"TLS handshake with {server} failed: {exc.verify_message}: the broker's certificate is not "
+            f"signed by a CA this client trusts ({_name('ssl_cafile')}: {security.ssl_cafile or 'the system CAs'})"
+        ) from None
+    except ssl.SSLError as exc:
+        raise ConnectionRefused(f"TLS handshake with {server} failed: {exc}") from None
+    except KafkaConnectionError as exc:
+        hint = (
+            ""
+            if security.uses_ssl
+            else f"; does its listener require TLS? ({_name('protocol')} is {security.protocol})"
+        )
+        raise ConnectionRefused(f"{server} closed the connection ({exc}){hint}") from None
+    except KafkaError as exc:  # SaslAuthenticationFailed, UnsupportedSaslMechanism ...
+        who = f" as {security.sasl_username}" if security.uses_sasl else ""
+        raise ConnectionRefused(f"{server} refused the connection{who}: {type(exc).__name__}: {exc}") from None
+    except OSError:
+        pass  # unreachable, not refused

@@ -561,13 +561,11 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
     from schemas.policyfile import load_policy
-    from streams.worker.settings import security_from_args
 
     out = out or sys.stdout
     err = err or sys.stderr
     config = load_config_for_cli(args.config, err)
     policy = load_policy(args.policy)
-    security = security_from_args(args)
     try:
         since_ms = parse_since(args.since) if args.since else None
         report = run_audit(
@@ -580,7 +578,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             wait=args.wait,
             first_seq=args.first_seq,
             policy=policy,
-            security=security,
+            security=args.security,
         )
     except AuditError as exc:
         print(f"loopwarden audit: {exc}", file=err)

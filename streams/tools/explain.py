@@ -465,16 +465,11 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             return 2
     else:
         from streams.tools.audit import AuditError
-        from streams.worker.settings import default_bootstrap, security_from_args
+        from streams.worker.settings import connection_from_args
 
+        bootstrap, security = connection_from_args(args)
         try:
-            items, published = from_topics(
-                default_bootstrap(args.bootstrap),
-                args.run_id,
-                args.events_topic,
-                args.decisions_topic,
-                security_from_args(args),
-            )
+            items, published = from_topics(bootstrap, args.run_id, args.events_topic, args.decisions_topic, security)
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2

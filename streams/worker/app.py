@@ -258,6 +258,7 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
+    from streams.kafka_clients import ConnectionRefused, check_connection
     from streams.worker.topics import TopicError, describe_partitions, ensure_topics
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
@@ -265,6 +266,11 @@ def run_worker(settings: Settings) -> int:
     policy = load_policy(settings.policy_path)
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
+    try:
+        check_connection(settings.bootstrap, settings.security)
+    except ConnectionRefused as exc:
+        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+        return 2
     try:
         if settings.create_topics:
             states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, security_from
+from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, check_connection, security_from
 
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
@@ -161,6 +161,14 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
             metavar=setting.flag.removeprefix("--").split("-", 1)[1].upper().replace("-", "_"),
             help=f"{setting.help} (default ${setting.env})",
         )
+
+
+def connection_from_args(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
+    """A command's bootstrap and security, checked against the brokers
+    (`check_connection`: ConnectionRefused names what was refused)."""
+    bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
+    check_connection(bootstrap, security)
+    return bootstrap, security
 
 
 def security_from_args(args: argparse.Namespace) -> KafkaSecurity:
