@@ -312,8 +312,10 @@ class Worker:
         config: Path | None,
         partitions: int = 4,
         extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = env or {}
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
         self.args = worker_command(
@@ -345,6 +347,7 @@ class Worker:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LOOPWARDEN_CONFIG", None)
         env.pop("LOOPWARDEN_POLICY", None)
+        env.update(self.env)
         self.proc = subprocess.Popen(
             self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env, stdin=subprocess.DEVNULL
         )
@@ -421,3 +424,14 @@ def parse_logfmt(line: str) -> dict[str, str]:
     for key, value in _PAIR.findall(line):
         fields[key] = json.loads(value) if value.startswith('"') else value
     return fields
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """The variables `set -a; . FILE` exports (read by the shell itself)."""
+    shown = subprocess.run(
+        ["bash", "-c", 'env -i bash -c \'set -a; . "$0"; env -0\' "$1"', "-", str(path)],
+        capture_output=True,
+        check=True,
+    ).stdout
+    pairs = (item.decode().partition("=") for item in shown.split(b"\0") if item)
+    return {key: value for key, _, value in pairs if key.startswith("LOOPWARDEN_")}

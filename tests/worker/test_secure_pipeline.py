@@ -1,0 +1,122 @@
+"""The whole pipeline over SASL_SSL on the secure broker (docs/SECURITY.md):
+the gateway client as the gateway role, a real `loopwarden worker` as the
+worker role started from `secrets/worker.env` alone, through a restart, with
+the ACLs on; the verdicts are replay's."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from kafka import TopicPartition
+from kafka.errors import TopicAuthorizationFailedError
+
+from helpers import Worker, env_file, reference, write_config
+from schemas.codec import decode_verdict
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams import kafka_clients
+from schemas.verdicts import Verdict
+from streams.client import ClientVerdict, GuardClient
+from streams.tools import secure
+
+pytestmark = pytest.mark.integration
+
+#: The names the roles' ACLs are written for.
+DEFAULT_NAMES = {
+    "app_id": secure.APP_ID,
+    "events": EVENTS_TOPIC,
+    "decisions": DECISIONS_TOPIC,
+    "deadletter": DEADLETTER_TOPIC,
+}
+CHANGELOG = f"{secure.APP_ID}-runs-changelog"
+
+
+def _loop(client: GuardClient, run_id: str, calls: int) -> list:
+    """An agent repeating one failing command: allows, a warning, blocks."""
+    verdicts = []
+    for _ in range(calls):
+        call = client.tool_call(run_id, "exec", {"command": "make test"})
+        verdict = client.check(call)
+        verdicts.append(verdict)
+        if verdict.allowed:
+            client.tool_result(call, result={"content": [{"type": "text", "text": "FAIL"}]})
+    return verdicts
+
+
+def _events_of(broker, run_id: str) -> list[bytes]:
+    """The run's events as published (read as the super user: neither role may)."""
+    consumer = kafka_clients.consumer(
+        broker.bootstrap, security=broker.security("admin"), group_id=None, enable_auto_commit=False
+    )
+    try:
+        tps = [TopicPartition(EVENTS_TOPIC, p) for p in sorted(consumer.partitions_for_topic(EVENTS_TOPIC))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        found = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=200).values():
+                found += [r.value for r in records if r.key == run_id.encode()]
+        return found
+    finally:
+        consumer.close()
+
+
+def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path: Path) -> None:
+    folder = secure_broker.data_dir / "secrets"
+    config = write_config(tmp_path)
+    worker_env = env_file(folder / "worker.env")
+    gateway = kafka_clients.security_from(environ=env_file(folder / "gateway.env"))
+    assert gateway.sasl_username == "gateway" and gateway.protocol == "SASL_SSL"
+
+    def worker(name: str) -> Worker:
+        return Worker(secure_broker.bootstrap, DEFAULT_NAMES, tmp_path, name, config=config, env=worker_env)
+
+    first = worker("secure").start()
+    try:
+        with GuardClient(secure_broker.bootstrap, security=gateway, timeout=60) as client:
+            warmup = client.check(client.tool_call("secure-warmup", "read", {"path": "x"}))
+            assert warmup.fallback is None, first.log()[-3000:]
+            client.timeout = 15
+            before = _loop(client, "secure-run", 4)
+            assert first.stop() == 0  # graceful: offsets committed as the worker's group, state kept
+            again = worker("secure").start()  # the same data dir
+            try:
+                after = _loop(client, "secure-run", 4)
+            finally:
+                assert again.stop() == 0
+    finally:
+        first.stop(signal.SIGKILL)
+    got = before + after
+    assert all(v.fallback is None for v in got), again.log()[-3000:]
+    assert [v.decision for v in got] == ["allow", "allow", "allow", "warn", "allow", "block", "block", "block"]
+    expected = reference([line + b"\n" for line in _events_of(secure_broker, "secure-run")], config)
+    assert [decode_verdict(line) for line in expected] == [_wire(v) for v in got]
+    log = first.log() + again.log()
+    assert "security=SASL_SSL sasl_user=worker" in log
+    assert Path(worker_env["LOOPWARDEN_SASL_PASSWORD_FILE"]).read_text().strip() not in log
+
+    # The worker made its changelog through its prefix ACL; the gateway may neither read nor write it.
+    admin = kafka_clients.admin(secure_broker.bootstrap, security=secure_broker.security("admin"))
+    try:
+        assert CHANGELOG in admin.list_topics()
+    finally:
+        admin.close()
+    with pytest.raises(TopicAuthorizationFailedError, match=CHANGELOG):
+        producer = kafka_clients.producer(secure_broker.bootstrap, security=gateway, retries=0)
+        try:
+            producer.send(CHANGELOG, key=b"secure-run", value=b"forged state").get(timeout=30)
+        finally:
+            producer.close()
+    consumer = kafka_clients.consumer(secure_broker.bootstrap, security=gateway, group_id=None)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError, match=CHANGELOG):
+            consumer.beginning_offsets([TopicPartition(CHANGELOG, 0)])
+    finally:
+        consumer.close()
+
+
+def _wire(verdict: ClientVerdict) -> Verdict:
+    """A client verdict's wire part (without the client's fallback fields)."""
+    return Verdict(**{name: getattr(verdict, name) for name in Verdict.__struct_fields__})
