@@ -38,6 +38,7 @@ summary of the differences (published -> recomputed decision, by detector).
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import re
 import sys
@@ -127,6 +128,18 @@ def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
         )
     except Exception as exc:
         raise AuditError(f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def kafka_refusals() -> Iterator[None]:
+    """A read the brokers refuse (an ACL, a topic gone) as an AuditError
+    naming it, not a traceback."""
+    from kafka.errors import KafkaError
+
+    try:
+        yield
+    except KafkaError as exc:
+        raise AuditError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _partitions(consumer: Any, topic: str) -> list[Any]:
@@ -568,18 +581,19 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     policy = load_policy(args.policy)
     try:
         since_ms = parse_since(args.since) if args.since else None
-        report = run_audit(
-            args.bootstrap,
-            config,
-            since_ms=since_ms,
-            run_id=args.run_filter,
-            events_topic=args.events_topic,
-            decisions_topic=args.decisions_topic,
-            wait=args.wait,
-            first_seq=args.first_seq,
-            policy=policy,
-            security=args.security,
-        )
+        with kafka_refusals():
+            report = run_audit(
+                args.bootstrap,
+                config,
+                since_ms=since_ms,
+                run_id=args.run_filter,
+                events_topic=args.events_topic,
+                decisions_topic=args.decisions_topic,
+                wait=args.wait,
+                first_seq=args.first_seq,
+                policy=policy,
+                security=args.security,
+            )
     except AuditError as exc:
         print(f"loopwarden audit: {exc}", file=err)
         return 2

@@ -464,12 +464,15 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             print(f"loopwarden: cannot read events: {exc}", file=err)
             return 2
     else:
-        from streams.tools.audit import AuditError
+        from streams.tools.audit import AuditError, kafka_refusals
         from streams.worker.settings import connection_from_args
 
         bootstrap, security = connection_from_args(args)
         try:
-            items, published = from_topics(bootstrap, args.run_id, args.events_topic, args.decisions_topic, security)
+            with kafka_refusals():
+                items, published = from_topics(
+                    bootstrap, args.run_id, args.events_topic, args.decisions_topic, security
+                )
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2

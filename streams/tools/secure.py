@@ -6,8 +6,9 @@ Used by `LocalBroker(secure=True)` (streams/tools/broker.py). The broker's
 one client listener speaks SASL_SSL with SCRAM-SHA-512 and nothing else; the
 controller listener speaks SASL_SSL with PLAIN, for the broker itself only.
 The `admin` user is the broker's own identity and the one super user: it
-creates the topics and the ACLs; no client is given its password file in an
-env file.
+creates the topics and the ACLs. Its env file is for an operator's tools on
+this machine (`audit` and `explain` read both topics, which neither role may);
+a gateway or a worker is never given it.
 
 Roles (principals `User:gateway`, `User:worker`), and nothing else:
 
@@ -19,9 +20,9 @@ Roles (principals `User:gateway`, `User:worker`), and nothing else:
   topics, and its transactions under exactly_once); use its consumer group,
   which is the app id.
 
-What a client needs lands in `DATA_DIR/secrets/`: `ca.pem`, `gateway.password`,
-`worker.password`, and `gateway.env` / `worker.env` with every
-`LOOPWARDEN_*` setting, bootstrap included.
+What a client needs lands in `DATA_DIR/secrets/`: `ca.pem`, one
+`USER.password` and one `USER.env` (every `LOOPWARDEN_*` setting, bootstrap
+included) per user: `gateway`, `worker`, `admin`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ GATEWAY_GROUP_PREFIX = "loopwarden-gateway-"
 #: Topics of later stages that the worker reads and writes besides its own three.
 WORKER_TOPICS: tuple[str, ...] = ("loopwarden.incidents",)
 
-_CA_KEY = "ca.key"
 _BROKER_KEYSTORE = "broker.pem"  # the broker's PKCS#8 key, then its certificate
 _DAYS = "3650"
 
@@ -95,14 +95,16 @@ def make_secrets(data_dir: Path) -> None:
     if (folder / _BROKER_KEYSTORE).exists():
         return
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req", "-x509", *ec, "-keyout", _CA_KEY, "-out", CA_FILE, "-days", _DAYS,
-        "-subj", "/CN=loopwarden local CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        cwd=folder,
-    )  # fmt: skip
+    # The CA's key signs the broker's certificate and is deleted with the
+    # work dir: no one can mint another certificate this CA vouches for.
     with tempfile.TemporaryDirectory(dir=folder) as work:
+        _openssl(
+            "req", "-x509", *ec, "-keyout", f"{work}/ca.key", "-out", CA_FILE, "-days", _DAYS,
+            "-subj", "/CN=loopwarden local CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=folder,
+        )  # fmt: skip
         extensions = Path(work) / "broker.ext"
         extensions.write_text(
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
@@ -110,8 +112,8 @@ def make_secrets(data_dir: Path) -> None:
         )
         _openssl("req", "-new", *ec, "-keyout", f"{work}/broker.key", "-out", f"{work}/broker.csr",
                  "-subj", "/CN=localhost", cwd=folder)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{work}/broker.csr", "-CA", CA_FILE, "-CAkey", _CA_KEY,
-                 "-CAcreateserial", "-out", f"{work}/broker.crt", "-days", _DAYS,
+        _openssl("x509", "-req", "-in", f"{work}/broker.csr", "-CA", CA_FILE, "-CAkey", f"{work}/ca.key",
+                 "-CAcreateserial", "-CAserial", f"{work}/ca.srl", "-out", f"{work}/broker.crt", "-days", _DAYS,
                  "-extfile", str(extensions), cwd=folder)  # fmt: skip
         key = Path(work, "broker.key").read_text()
         write_private(folder / _BROKER_KEYSTORE, key + Path(work, "broker.crt").read_text())
@@ -181,9 +183,9 @@ def role_security(data_dir: Path, user: str) -> KafkaSecurity:
 
 
 def write_env_files(data_dir: Path, bootstrap: str) -> None:
-    """`secrets/<role>.env`: `set -a; . DIR/secrets/worker.env` then
-    `loopwarden worker` connects as that role."""
-    for role in ROLES:
+    """`secrets/<user>.env`: `set -a; . DIR/secrets/worker.env` then
+    `loopwarden worker` connects as that user."""
+    for role in (*ROLES, ADMIN):
         values = {"LOOPWARDEN_BOOTSTRAP": bootstrap, **role_security(data_dir, role).env()}
         if role == WORKER:
             values["LOOPWARDEN_APP_ID"] = APP_ID

@@ -27,11 +27,11 @@ def secrets(broker) -> Path:
 
 
 def test_the_secrets_a_client_needs(secure_broker) -> None:
-    """ca.pem, one password file per role and one env file per role, which
-    give every setting, bootstrap included; passwords and env files are the
-    owner's only, and no env file holds a password."""
+    """ca.pem, one password file and one env file per user, which give every
+    setting, bootstrap included; passwords and env files are the owner's
+    only, and no env file holds a password."""
     folder = secrets(secure_broker)
-    for role in ("gateway", "worker"):
+    for role in ("gateway", "worker", "admin"):
         env = env_file(folder / f"{role}.env")
         assert env == {
             "LOOPWARDEN_BOOTSTRAP": secure_broker.bootstrap,

@@ -6,13 +6,14 @@ the ACLs on; the verdicts are replay's."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from kafka import TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
 
-from helpers import Worker, env_file, reference, write_config
+from helpers import LOOPWARDEN, REPO, Worker, env_file, reference, write_config
 from schemas.codec import decode_verdict
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
 from streams import kafka_clients
@@ -93,6 +94,16 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     assert [v.decision for v in got] == ["allow", "allow", "allow", "warn", "allow", "block", "block", "block"]
     expected = reference([line + b"\n" for line in _events_of(secure_broker, "secure-run")], config)
     assert [decode_verdict(line) for line in expected] == [_wire(v) for v in got]
+    audited = _audit(folder / "admin.env", config)
+    assert audited.returncode == 0, audited.stderr
+    assert f"OK: all {len(expected)} recomputed verdicts match what was published" in audited.stdout
+    refused = _audit(folder / "gateway.env", config)
+    assert refused.returncode == 2
+    assert refused.stderr.endswith(
+        "loopwarden audit: TopicAuthorizationFailedError: [Error 29] TopicAuthorizationFailedError: "
+        "{'loopwarden.events'}\n"
+    )
+
     log = first.log() + again.log()
     assert "security=SASL_SSL sasl_user=worker" in log
     assert Path(worker_env["LOOPWARDEN_SASL_PASSWORD_FILE"]).read_text().strip() not in log
@@ -115,6 +126,18 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
             consumer.beginning_offsets([TopicPartition(CHANGELOG, 0)])
     finally:
         consumer.close()
+
+
+def _audit(env: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """`set -a; . ENV; loopwarden audit` for the test's run."""
+    return subprocess.run(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', str(env), *LOOPWARDEN, "audit", "--run", "secure-run"]
+        + ["--config", str(config), "--wait", "1s"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def _wire(verdict: ClientVerdict) -> Verdict:
