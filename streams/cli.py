@@ -14,6 +14,14 @@ from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
 from streams.kafka_clients import ConnectionRefused, SecurityError
 
+#: What stops a command before it starts (exit 2), and how its message begins.
+START_UP_ERRORS: dict[type[Exception], str] = {
+    ConfigError: "config error",
+    PolicyError: "policy error",
+    SecurityError: "security settings",
+    ConnectionRefused: "Kafka refused the connection",
+}
+
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
 
@@ -284,17 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except ConfigError as exc:
-        print(f"loopwarden: config error: {exc}", file=sys.stderr)
-        return 2
-    except PolicyError as exc:
-        print(f"loopwarden: policy error: {exc}", file=sys.stderr)
-        return 2
-    except SecurityError as exc:
-        print(f"loopwarden: security settings: {exc}", file=sys.stderr)
-        return 2
-    except ConnectionRefused as exc:
-        print(f"loopwarden: Kafka refused the connection: {exc}", file=sys.stderr)
+    except tuple(START_UP_ERRORS) as exc:
+        label = next(text for kind, text in START_UP_ERRORS.items() if isinstance(exc, kind))
+        print(f"loopwarden: {label}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
