@@ -1,7 +1,7 @@
 /**
  * TLS and SASL settings: checked with errors that name the setting, and mapped
  * onto @platformatic/kafka's `tls` and `sasl` options. The plugin's clients
- * against the real secure broker are in tests/openclaw/test_secure_bus.py.
+ * against the real secure broker are in tests/openclaw/test_openclaw_secure.py.
  */
 
 import assert from "node:assert/strict";
