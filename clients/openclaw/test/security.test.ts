@@ -5,12 +5,12 @@
  */
 
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { connectionSecurity } from "../src/bus.js";
+import { connectionSecurity, rootCauses } from "../src/bus.js";
 import { parseSettings, SettingsError } from "../src/config.js";
 
 const dir = mkdtempSync(join(tmpdir(), "loopwarden-security-"));
@@ -32,6 +32,23 @@ test("plaintext is the default and adds no connection options", () => {
   const settings = parseSettings(base);
   assert.deepEqual(settings.security, { protocol: "PLAINTEXT" });
   assert.deepEqual(connectionSecurity(settings.security), {});
+});
+
+test("the manifest's defaults, which the gateway fills in, are a valid config", () => {
+  const manifest = JSON.parse(readFileSync(new URL("../../openclaw.plugin.json", import.meta.url), "utf8"));
+  const properties: Record<string, { default?: unknown }> = manifest.configSchema.properties;
+  const defaults = Object.fromEntries(
+    Object.entries(properties).flatMap(([key, schema]) => ("default" in schema ? [[key, schema.default]] : [])),
+  );
+  assert.equal(defaults.securityProtocol, "PLAINTEXT");
+  assert.deepEqual(parseSettings({ ...defaults, ...base }).security, { protocol: "PLAINTEXT" });
+});
+
+test("a refused connection is reported by its root causes, not by the retries that wrap them", () => {
+  const sasl = new Error("SASL authentication failed.");
+  const wrapped = new AggregateError([new AggregateError([sasl], "findGroupCoordinator failed 2 times.")], "joinGroup failed 2 times.");
+  assert.equal(rootCauses(wrapped), "SASL authentication failed.");
+  assert.equal(rootCauses(new Error("outer", { cause: new Error("connect ECONNREFUSED 127.0.0.1:9") })), "connect ECONNREFUSED 127.0.0.1:9");
 });
 
 test("SASL_SSL maps to tls and sasl, the password read from its file only when asked", () => {
