@@ -257,6 +257,24 @@ def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: f
     return records
 
 
+def keyed(bootstrap: str, topic: str, key: bytes, *, security: Any = kafka_clients.PLAINTEXT) -> list[bytes]:
+    """The values of a topic's records with this key, everything there now,
+    read without a group."""
+    consumer = kafka_clients.consumer(bootstrap, security=security, group_id=None, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        found = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=200).values():
+                found += [r.value for r in records if r.key == key]
+        return found
+    finally:
+        consumer.close()
+
+
 def values(records: Iterable[Any]) -> list[bytes]:
     return [r.value for r in records]
 

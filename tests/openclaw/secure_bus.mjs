@@ -1,6 +1,7 @@
 // The plugin's Kafka side (clients/openclaw/dist/src/bus.js) with the settings
-// given as JSON in argv[2]: reads verdicts and publishes one event; its log
-// lines (a refused connection among them) go to stderr.
+// given as JSON in argv[2]: reads verdicts, publishes one event, prints
+// "published" and then each verdict it reads; its log lines (a refused
+// connection among them) go to stderr. Runs until killed.
 import { Bus } from "../../clients/openclaw/dist/src/bus.js";
 import { parseSettings } from "../../clients/openclaw/dist/src/config.js";
 
@@ -10,4 +11,3 @@ const bus = new Bus(settings, (value) => console.log(`verdict ${value}`), log);
 await bus.ready();
 await bus.publish("secure-bus-run", { type: "tool_call", run_id: "secure-bus-run", seq: 0, tool_call_id: "c0", tool_name: "read" });
 console.log("published");
-await bus.close();

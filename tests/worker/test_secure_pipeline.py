@@ -13,7 +13,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
 
-from helpers import LOOPWARDEN, REPO, Worker, env_file, reference, write_config
+from helpers import LOOPWARDEN, REPO, Worker, env_file, keyed, reference, write_config
 from schemas.codec import decode_verdict
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
 from streams import kafka_clients
@@ -45,25 +45,6 @@ def _loop(client: GuardClient, run_id: str, calls: int) -> list:
     return verdicts
 
 
-def _events_of(broker, run_id: str) -> list[bytes]:
-    """The run's events as published (read as the super user: neither role may)."""
-    consumer = kafka_clients.consumer(
-        broker.bootstrap, security=broker.security("admin"), group_id=None, enable_auto_commit=False
-    )
-    try:
-        tps = [TopicPartition(EVENTS_TOPIC, p) for p in sorted(consumer.partitions_for_topic(EVENTS_TOPIC))]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        found = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=200).values():
-                found += [r.value for r in records if r.key == run_id.encode()]
-        return found
-    finally:
-        consumer.close()
-
-
 def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path: Path) -> None:
     folder = secure_broker.data_dir / "secrets"
     config = write_config(tmp_path)
@@ -92,7 +73,9 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     got = before + after
     assert all(v.fallback is None for v in got), again.log()[-3000:]
     assert [v.decision for v in got] == ["allow", "allow", "allow", "warn", "allow", "block", "block", "block"]
-    expected = reference([line + b"\n" for line in _events_of(secure_broker, "secure-run")], config)
+    admin = secure_broker.security("admin")  # neither role may read the events topic
+    events = keyed(secure_broker.bootstrap, EVENTS_TOPIC, b"secure-run", security=admin)
+    expected = reference([line + b"\n" for line in events], config)
     assert [decode_verdict(line) for line in expected] == [_wire(v) for v in got]
     audited = _audit(folder / "admin.env", config)
     assert audited.returncode == 0, audited.stderr
@@ -109,11 +92,11 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     assert Path(worker_env["LOOPWARDEN_SASL_PASSWORD_FILE"]).read_text().strip() not in log
 
     # The worker made its changelog through its prefix ACL; the gateway may neither read nor write it.
-    admin = kafka_clients.admin(secure_broker.bootstrap, security=secure_broker.security("admin"))
+    client = kafka_clients.admin(secure_broker.bootstrap, security=admin)
     try:
-        assert CHANGELOG in admin.list_topics()
+        assert CHANGELOG in client.list_topics()
     finally:
-        admin.close()
+        client.close()
     with pytest.raises(TopicAuthorizationFailedError, match=CHANGELOG):
         producer = kafka_clients.producer(secure_broker.bootstrap, security=gateway, retries=0)
         try:
