@@ -1,12 +1,14 @@
 """The whole pipeline over SASL_SSL on the secure broker (docs/SECURITY.md):
 the gateway client as the gateway role, a real `loopwarden worker` as the
 worker role started from `secrets/worker.env` alone, through a restart, with
-the ACLs on; the verdicts are replay's."""
+the ACLs on; the verdicts are replay's, and the worker's password is in
+neither its log nor its metrics."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from streams import kafka_clients
 from schemas.verdicts import Verdict
 from streams.client import ClientVerdict, GuardClient
 from streams.tools import secure
+from streams.tools.broker import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +53,21 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     config = write_config(tmp_path)
     worker_env = env_file(folder / "worker.env")
     gateway = kafka_clients.security_from(environ=env_file(folder / "gateway.env"))
+    password = Path(worker_env["LOOPWARDEN_SASL_PASSWORD_FILE"]).read_text().strip()
     assert gateway.sasl_username == "gateway" and gateway.protocol == "SASL_SSL"
 
+    web_port = free_port()
+
     def worker(name: str) -> Worker:
-        return Worker(secure_broker.bootstrap, DEFAULT_NAMES, tmp_path, name, config=config, env=worker_env)
+        return Worker(
+            secure_broker.bootstrap,
+            DEFAULT_NAMES,
+            tmp_path,
+            name,
+            config=config,
+            env=worker_env,
+            extra=["--web-port", str(web_port)],
+        )
 
     first = worker("secure").start()
     try:
@@ -62,6 +76,10 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
             assert warmup.fallback is None, first.log()[-3000:]
             client.timeout = 15
             before = _loop(client, "secure-run", 4)
+            with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=10) as page:
+                metrics = page.read().decode()
+            assert 'loopwarden_verdicts_total{decision="warn"' in metrics
+            assert password not in metrics
             assert first.stop() == 0  # graceful: offsets committed as the worker's group, state kept
             again = worker("secure").start()  # the same data dir
             try:
@@ -89,7 +107,7 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
 
     log = first.log() + again.log()
     assert "security=SASL_SSL sasl_user=worker" in log
-    assert Path(worker_env["LOOPWARDEN_SASL_PASSWORD_FILE"]).read_text().strip() not in log
+    assert password not in log
 
     # The worker made its changelog through its prefix ACL; the gateway may neither read nor write it.
     client = kafka_clients.admin(secure_broker.bootstrap, security=admin)
