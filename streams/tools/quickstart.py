@@ -230,6 +230,7 @@ def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
+    from streams.tools.secure import SecureSetupError
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, ensure_topics
@@ -278,7 +279,7 @@ def run_up(args: argparse.Namespace) -> int:
         return worker.wait()
     except (KeyboardInterrupt, _Stop):
         return 0
-    except (BrokerError, TopicError, ValueError) as exc:
+    except (BrokerError, SecureSetupError, TopicError, ValueError) as exc:
         _say(str(exc))
         return 1
     finally:

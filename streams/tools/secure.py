@@ -70,7 +70,10 @@ def password_file(data_dir: Path, user: str) -> Path:
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SecureSetupError("`openssl` not found on PATH: install it (e.g. apt-get install openssl)") from None
     if proc.returncode != 0:
         raise SecureSetupError(f"openssl {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
