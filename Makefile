@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # a change to the engine reinstalls, which recompiles its compiled parts (setup.py)
 ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
 
-.PHONY: up lint test test-heavy bench bench-openclaw schemas kafka plugin clean
+.PHONY: up up-secure lint test test-heavy bench bench-openclaw schemas kafka plugin clean
 
 $(STAMP): pyproject.toml setup.py $(ENGINE)
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ kafka: $(STAMP)
 
 up: kafka
 	$(BIN)/loopwarden up --config examples/loopwarden.json5 --demo examples/sample-trace.jsonl
+
+# The same over TLS and SASL/SCRAM, with ACLs (docs/SECURITY.md); broker and worker data in ./data/*-secure
+up-secure: kafka
+	$(BIN)/loopwarden up --secure --broker-dir data/kafka-secure --data-dir data/worker-secure --bootstrap 127.0.0.1:9093 \
+		--config examples/loopwarden.json5 --demo examples/sample-trace.jsonl
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -10,6 +10,9 @@ Against a running worker (e.g. `loopwarden up` in another terminal):
 
     python examples/gateway_loop.py --bootstrap 127.0.0.1:9092
 
+Against a secure broker it takes the `LOOPWARDEN_*` TLS and SASL variables
+(docs/SECURITY.md), e.g. `set -a; . DIR/secrets/gateway.env`.
+
 Self-contained (starts a local broker and a worker with a demo config whose
 thresholds are small, so the loop is short; takes ~20 s):
 
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streams.client import ClientVerdict, GuardClient  # noqa: E402
+from streams.kafka_clients import PLAINTEXT, SecurityError, security_from  # noqa: E402
 
 DEMO_CONFIG = {
     "tools": {
@@ -178,10 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
+    try:
+        security = PLAINTEXT if args.start else security_from()
+    except SecurityError as exc:
+        print(f"security settings: {exc}", file=sys.stderr)
+        return 2
     stack = local_stack(DEMO_CONFIG) if args.start else contextlib.nullcontext(args.bootstrap)
     with stack as bootstrap:
         with GuardClient(
-            bootstrap, timeout=args.timeout, policy=args.policy, local_hashing=args.local_hashing
+            bootstrap, timeout=args.timeout, policy=args.policy, local_hashing=args.local_hashing, security=security
         ) as client:
             if args.start:  # the first verdict waits out the worker's start-up
                 started = time.monotonic()

@@ -12,6 +12,15 @@ from typing import BinaryIO, NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
+from streams.kafka_clients import ConnectionRefused, SecurityError
+
+#: What stops a command before it starts (exit 2), and how its message begins.
+START_UP_ERRORS: dict[type[Exception], str] = {
+    ConfigError: "config error",
+    PolicyError: "policy error",
+    SecurityError: "security settings",
+    ConnectionRefused: "Kafka refused the connection",
+}
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
@@ -94,11 +103,12 @@ def _fleet(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from streams.worker.settings import default_bootstrap, topics_from_args
+    from streams.worker.settings import connection_from_args, topics_from_args
     from streams.worker.topics import TopicError, ensure_topics
 
+    bootstrap, security = connection_from_args(args)
     try:
-        states = ensure_topics(default_bootstrap(args.bootstrap), topics_from_args(args), timeout=args.timeout)
+        states = ensure_topics(bootstrap, topics_from_args(args), timeout=args.timeout, security=security)
     except TopicError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
@@ -109,10 +119,11 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 def _produce(args: argparse.Namespace) -> int:
     from streams.tools.produce import produce_file
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import connection_from_args
 
+    bootstrap, security = connection_from_args(args)
     try:
-        report = produce_file(args.events, default_bootstrap(args.bootstrap), args.topic, raw=args.raw)
+        report = produce_file(args.events, bootstrap, args.topic, raw=args.raw, security=security)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
@@ -121,28 +132,37 @@ def _produce(args: argparse.Namespace) -> int:
         return 1
     print(
         f"sent {report.sent} events to {args.topic}"
-        + (f", refused {report.refused} bad lines" if report.refused else ""),
+        + (f", refused {report.refused} bad lines" if report.refused else "")
+        + (f", {report.failed} not accepted by Kafka ({report.error})" if report.failed else ""),
         file=sys.stderr,
     )
-    return 1 if report.refused else 0
+    return 1 if report.refused or report.failed else 0
 
 
 def _tail(args: argparse.Namespace) -> int:
     from streams.tools.tail import tail
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import connection_from_args
 
     topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
-    printed = tail(
-        default_bootstrap(args.bootstrap),
-        topic,
-        sys.stdout.buffer,
-        from_beginning=args.from_beginning,
-        max_records=args.max,
-        timeout=args.timeout,
-        idle=args.idle,
-        deadletter=args.deadletter,
-        dedupe=args.dedupe,
-    )
+    bootstrap, security = connection_from_args(args)
+    try:
+        printed = tail(
+            bootstrap,
+            topic,
+            sys.stdout.buffer,
+            from_beginning=args.from_beginning,
+            max_records=args.max,
+            timeout=args.timeout,
+            idle=args.idle,
+            deadletter=args.deadletter,
+            dedupe=args.dedupe,
+            security=security,
+        )
+    except BrokenPipeError:
+        raise
+    except Exception as exc:  # broker unreachable, refused by an ACL
+        print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     if args.max is not None and printed < args.max:
         return 1
     return 0
@@ -162,9 +182,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from streams.tools.audit import main as audit_main
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import connection_from_args
 
-    args.bootstrap = default_bootstrap(args.bootstrap)
+    args.bootstrap, args.security = connection_from_args(args)
     return audit_main(args)
 
 
@@ -225,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
     from streams.worker.settings import (
         add_connection_options,
+        add_security_options,
         add_topic_options,
         add_worker_options,
         duration,
@@ -288,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="data dir of a broker started here (default ./data/kafka, else ~/.cache/loopwarden/kafka)",
     )
     up.add_argument("--demo-timeout", type=duration, default=120.0, help="give up on the demo after (default 2m)")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="start the local broker with TLS, SASL/SCRAM and ACLs; the worker and the demo connect "
+        "as the worker and gateway roles (docs/SECURITY.md)",
+    )
     up.set_defaults(run=_up)
 
     from streams.tools.broker import add_broker_commands
@@ -345,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
+    add_security_options(explain)
     explain.set_defaults(run=_explain)
 
     from schemas.topics import INCIDENTS_TOPIC
@@ -377,11 +405,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except ConfigError as exc:
-        print(f"loopwarden: config error: {exc}", file=sys.stderr)
-        return 2
-    except PolicyError as exc:
-        print(f"loopwarden: policy error: {exc}", file=sys.stderr)
+    except tuple(START_UP_ERRORS) as exc:
+        label = next(text for kind, text in START_UP_ERRORS.items() if isinstance(exc, kind))
+        print(f"loopwarden: {label}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

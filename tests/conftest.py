@@ -26,3 +26,13 @@ def broker(kafka_lib: Path) -> Iterator[LocalBroker]:
     that is deleted when the session ends."""
     with LocalBroker(lib_dir=kafka_lib) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def secure_broker(kafka_lib: Path) -> Iterator[LocalBroker]:
+    """The secure broker of docs/SECURITY.md (SASL_SSL with SCRAM, the
+    StandardAuthorizer, the gateway and worker ACLs, the project's topics),
+    started once for the tests that need it; `secure_broker.security(role)`
+    and `DATA_DIR/secrets/*.env` give a client's settings."""
+    with LocalBroker(lib_dir=kafka_lib, secure=True) as running:
+        yield running

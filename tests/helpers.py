@@ -258,6 +258,24 @@ def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: f
     return records
 
 
+def keyed(bootstrap: str, topic: str, key: bytes, *, security: Any = kafka_clients.PLAINTEXT) -> list[bytes]:
+    """The values of a topic's records with this key, everything there now,
+    read without a group."""
+    consumer = kafka_clients.consumer(bootstrap, security=security, group_id=None, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        found = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=200).values():
+                found += [r.value for r in records if r.key == key]
+        return found
+    finally:
+        consumer.close()
+
+
 def values(records: Iterable[Any]) -> list[bytes]:
     return [r.value for r in records]
 
@@ -313,8 +331,10 @@ class Worker:
         config: Path | None,
         partitions: int = 4,
         extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = env or {}
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
         self.args = worker_command(
@@ -346,6 +366,7 @@ class Worker:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LOOPWARDEN_CONFIG", None)
         env.pop("LOOPWARDEN_POLICY", None)
+        env.update(self.env)
         self.proc = subprocess.Popen(
             self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env, stdin=subprocess.DEVNULL
         )
@@ -464,3 +485,14 @@ def parse_logfmt(line: str) -> dict[str, str]:
     for key, value in _PAIR.findall(line):
         fields[key] = json.loads(value) if value.startswith('"') else value
     return fields
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """The variables `set -a; . FILE` exports (read by the shell itself)."""
+    shown = subprocess.run(
+        ["bash", "-c", 'env -i bash -c \'set -a; . "$0"; env -0\' "$1"', "-", str(path)],
+        capture_output=True,
+        check=True,
+    ).stdout
+    pairs = (item.decode().partition("=") for item in shown.split(b"\0") if item)
+    return {key: value for key, _, value in pairs if key.startswith("LOOPWARDEN_")}

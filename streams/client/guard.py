@@ -54,6 +54,7 @@ from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.engine.hashing import args_hash as engine_args_hash
 from streams.engine.hashing import classify, result_outcome, wire_fields
 from streams.engine.stablejson import normalize_payload
@@ -202,6 +203,8 @@ class GuardClient:
         start_timeout: seconds `start()` waits for the decision reader to be
             positioned; if it is not ready by then, `start()` logs a warning and
             returns, and checks follow the policy until it is.
+        security: TLS and SASL settings (`kafka_clients.security_from()` reads
+            the `LOOPWARDEN_*` variables); plaintext when not given.
         producer_config / consumer_config: extra kafka-python settings.
     """
 
@@ -216,6 +219,7 @@ class GuardClient:
         local_hashing: bool = False,
         client_id: str = "loopwarden-gateway",
         start_timeout: float = 15.0,
+        security: KafkaSecurity = PLAINTEXT,
         producer_config: dict[str, Any] | None = None,
         consumer_config: dict[str, Any] | None = None,
         remember_ended_runs: int = 10_000,
@@ -233,6 +237,7 @@ class GuardClient:
         self.local_hashing = local_hashing
         self.client_id = client_id
         self.start_timeout = start_timeout
+        self.security = security
         self._producer_config = dict(producer_config or {})
         self._consumer_config = dict(consumer_config or {})
         self._producer: Any = None
@@ -271,7 +276,7 @@ class GuardClient:
             "reconnect_backoff_max_ms": 2000,  # back within ~2 s of the broker
         }
         config.update(self._producer_config)
-        self._producer = kafka_clients.producer(self.bootstrap_servers, **config)
+        self._producer = kafka_clients.producer(self.bootstrap_servers, security=self.security, **config)
         self._stop.clear()
         self._thread = threading.Thread(target=self._read_decisions, name="loopwarden-decisions", daemon=True)
         self._thread.start()
@@ -616,7 +621,7 @@ class GuardClient:
                     }
                     config.update(self._consumer_config)
                     partitions = self._decision_partitions()
-                    consumer = kafka_clients.consumer(self.bootstrap_servers, **config)
+                    consumer = kafka_clients.consumer(self.bootstrap_servers, security=self.security, **config)
                     tps = [TopicPartition(self.decisions_topic, p) for p in sorted(partitions)]
                     consumer.assign(tps)
                     consumer.seek_to_end(*tps)

@@ -38,6 +38,7 @@ summary of the differences (published -> recomputed decision, by detector).
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import re
 import sys
@@ -57,6 +58,7 @@ from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.apply import apply_safely
 
 
@@ -113,10 +115,11 @@ def format_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _consumer(bootstrap: str, client_id: str) -> Any:
+def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
     try:
         return kafka_clients.consumer(
             bootstrap,
+            security=security,
             client_id=client_id,
             group_id=None,  # no group: never joins, rebalances or commits
             enable_auto_commit=False,
@@ -125,6 +128,18 @@ def _consumer(bootstrap: str, client_id: str) -> Any:
         )
     except Exception as exc:
         raise AuditError(f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}: {exc}") from None
+
+
+@contextlib.contextmanager
+def kafka_refusals() -> Iterator[None]:
+    """A read the brokers refuse (an ACL, a topic gone) as an AuditError
+    naming it, not a traceback."""
+    from kafka.errors import KafkaError
+
+    try:
+        yield
+    except KafkaError as exc:
+        raise AuditError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _partitions(consumer: Any, topic: str) -> list[Any]:
@@ -377,9 +392,10 @@ def run_audit(
     wait: float = 5.0,
     first_seq: int = 0,
     policy: FleetPolicy | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> AuditReport:
     """Recompute and compare; `since_ms=None` means from the beginning."""
-    consumer = _consumer(bootstrap, "loopwarden-audit")
+    consumer = _consumer(bootstrap, "loopwarden-audit", security)
     try:
         event_tps = _partitions(consumer, events_topic)
         decision_tps = _partitions(consumer, decisions_topic)
@@ -565,17 +581,19 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     policy = load_policy(args.policy)
     try:
         since_ms = parse_since(args.since) if args.since else None
-        report = run_audit(
-            args.bootstrap,
-            config,
-            since_ms=since_ms,
-            run_id=args.run_filter,
-            events_topic=args.events_topic,
-            decisions_topic=args.decisions_topic,
-            wait=args.wait,
-            first_seq=args.first_seq,
-            policy=policy,
-        )
+        with kafka_refusals():
+            report = run_audit(
+                args.bootstrap,
+                config,
+                since_ms=since_ms,
+                run_id=args.run_filter,
+                events_topic=args.events_topic,
+                decisions_topic=args.decisions_topic,
+                wait=args.wait,
+                first_seq=args.first_seq,
+                policy=policy,
+                security=args.security,
+            )
     except AuditError as exc:
         print(f"loopwarden audit: {exc}", file=err)
         return 2

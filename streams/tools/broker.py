@@ -39,6 +39,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.tools import secure
+
 __all__ = [
     "BrokerError",
     "LocalBroker",
@@ -188,7 +191,7 @@ def _port_open(host: str, port: int, timeout: float) -> bool:
         return False
 
 
-def _serving_brokers(bootstrap: str, timeout: float) -> list[int]:
+def _serving_brokers(bootstrap: str, timeout: float, security: KafkaSecurity = PLAINTEXT) -> list[int]:
     """Ids of unfenced brokers per a cluster-metadata request; [] on failure.
 
     An open port alone is not enough: a KRaft broker may accept connections
@@ -201,6 +204,7 @@ def _serving_brokers(bootstrap: str, timeout: float) -> list[int]:
     try:
         admin = kafka_clients.admin(
             bootstrap,
+            security=security,
             client_id="loopwarden-broker-probe",
             request_timeout_ms=ms,
             bootstrap_timeout_ms=ms,
@@ -215,11 +219,11 @@ def _serving_brokers(bootstrap: str, timeout: float) -> list[int]:
     return [b["broker_id"] for b in cluster.get("brokers", []) if not b.get("is_fenced")]
 
 
-def is_reachable(bootstrap: str, timeout: float = 5.0) -> bool:
+def is_reachable(bootstrap: str, timeout: float = 5.0, security: KafkaSecurity = PLAINTEXT) -> bool:
     """True if a TCP connect and a cluster-metadata request both succeed and
     the cluster reports at least one serving (unfenced) broker."""
     host, port = _split(bootstrap)
-    return _port_open(host, port, timeout) and bool(_serving_brokers(bootstrap, timeout))
+    return _port_open(host, port, timeout) and bool(_serving_brokers(bootstrap, timeout, security))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -357,6 +361,12 @@ class LocalBroker:
     by the Python clients don't suffer (150k messages in and out cost the
     broker 2.0-2.9 s of CPU with C1 alone, 2.4-3.5 s with C2 as well), but a
     long broker-bound benchmark may want ``quick_jit=False``.
+
+    ``secure=True`` runs the broker of docs/SECURITY.md: one SASL_SSL
+    listener (SCRAM-SHA-512), the StandardAuthorizer and the ACLs of the
+    gateway and worker roles, with the CA, the passwords and the clients'
+    env files under ``DATA_DIR/secrets`` (streams/tools/secure.py);
+    ``security(role)`` gives a client's settings.
     """
 
     def __init__(
@@ -371,6 +381,7 @@ class LocalBroker:
         quick_jit: bool = True,
         jvm_args: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
+        secure: bool = False,
     ) -> None:
         self.port = port
         self.controller_port: int | None = None
@@ -383,6 +394,7 @@ class LocalBroker:
         self.quick_jit = quick_jit
         self.jvm_args = list(jvm_args)
         self.properties = dict(properties or {})
+        self.secure = secure
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- public state ------------------------------------------------------
@@ -404,6 +416,13 @@ class LocalBroker:
     @property
     def running(self) -> bool:
         return self.pid is not None
+
+    def security(self, role: str = "admin") -> KafkaSecurity:
+        """How a client of `role` (admin, gateway, worker) connects: plaintext
+        unless the broker is secure."""
+        if not self.secure:
+            return PLAINTEXT
+        return secure.role_security(self._dir, role)
 
     @property
     def log_file(self) -> Path:
@@ -433,12 +452,16 @@ class LocalBroker:
         (data / LOG_DIR).mkdir(parents=True, exist_ok=True)
 
         try:
+            if self.secure:
+                secure.make_secrets(data)
             self._write_configs()
             if not (data / KRAFT_DIR / "meta.properties").exists():
                 self._format(lib)
             started = time.monotonic()
             self._launch(lib)
             self._wait_ready(started)
+            if self.secure:
+                secure.grant(data, self.bootstrap)
         except BaseException:
             # The error already carries the log tail; a temp dir goes away.
             self.stop(timeout=5.0)
@@ -540,30 +563,40 @@ class LocalBroker:
     def _write_configs(self) -> None:
         data = self._dir
         text = string.Template(TEMPLATE.read_text()).substitute(
+            listener="SASL_SSL" if self.secure else "PLAINTEXT",
             node_id=self.node_id,
             port=self.port,
             controller_port=self.controller_port,
             log_dir=data / KRAFT_DIR,
         )
+        if self.secure:
+            text += "\n# The secure broker (streams/tools/secure.py)\n"
+            text += "".join(f"{k}={v}\n" for k, v in secure.server_properties(data).items())
         if self.properties:
             text += "\n# Overrides given to LocalBroker(properties=...)\n"
             text += "".join(f"{k}={v}\n" for k, v in self.properties.items())
-        (data / SERVER_PROPERTIES).write_text(text)
+        if self.secure:  # holds the broker's own password: owner-only
+            secure.write_private(data / SERVER_PROPERTIES, text)
+        else:
+            (data / SERVER_PROPERTIES).write_text(text)
         (data / LOG4J_PROPERTIES).write_text(_LOG4J_TEMPLATE.format(log=data / LOG_DIR / SERVER_LOG))
 
     def _format(self, lib: Path) -> None:
         """Write meta.properties and the bootstrap metadata (KRaft needs it)."""
         data = self._dir
-        cmd = [
-            *self._java_cmd(lib),
-            STORAGE_TOOL,
-            "format",
-            "-t",
-            _new_cluster_id(),
-            "-c",
-            str(data / SERVER_PROPERTIES),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=data)
+        with contextlib.ExitStack() as stack:
+            users = stack.enter_context(secure.format_arguments(data)) if self.secure else []
+            cmd = [
+                *self._java_cmd(lib),
+                STORAGE_TOOL,
+                "format",
+                "-t",
+                _new_cluster_id(),
+                "-c",
+                str(data / SERVER_PROPERTIES),
+                *users,
+            ]
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=data)
         if proc.returncode != 0:
             raise BrokerError(
                 f"formatting {data / KRAFT_DIR} failed ({proc.returncode}):\n"
@@ -577,7 +610,10 @@ class LocalBroker:
             code = self._proc.poll()
             if code is not None:
                 raise BrokerError(self._failure(f"Kafka JVM exited with code {code}"))
-            if _port_open("127.0.0.1", self.port or 0, 0.5) and self.node_id in _serving_brokers(self.bootstrap, 2.0):
+            serving = _port_open("127.0.0.1", self.port or 0, 0.5) and self.node_id in _serving_brokers(
+                self.bootstrap, 2.0, self.security()
+            )
+            if serving:
                 return
             if time.monotonic() >= deadline:
                 raise BrokerError(
@@ -628,6 +664,12 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     p_start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
     p_start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
     p_start.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS + SASL/SCRAM listener, ACLs for the gateway and worker roles; "
+        "client settings in DATA_DIR/secrets/{gateway,worker}.env (docs/SECURITY.md)",
+    )
+    p_start.add_argument(
         "--full-jit", action="store_true", help="use the optimizing JIT too: slower start, faster peak (benchmarks)"
     )
     p_stop = sub.add_parser("stop", help="stop the broker of a data dir")
@@ -651,7 +693,12 @@ def run_broker_command(args: argparse.Namespace) -> int:
             for pid in _running_pids(data_dir):
                 raise BrokerError(f"a broker already runs on {data_dir} (pid {pid})")
             broker = LocalBroker(
-                args.port, data_dir, startup_timeout=args.timeout, heap=args.heap, quick_jit=not args.full_jit
+                args.port,
+                data_dir,
+                startup_timeout=args.timeout,
+                heap=args.heap,
+                quick_jit=not args.full_jit,
+                secure=args.secure,
             )
             broker.start()
             broker.detach()
@@ -667,11 +714,13 @@ def run_broker_command(args: argparse.Namespace) -> int:
             return 0
         # status
         bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() if (data_dir / BOOTSTRAP_FILE).exists() else ""
-        if any(_running_pids(data_dir)) and is_reachable(bootstrap, 3.0):
+        was_secure = secure.password_file(data_dir, secure.ADMIN).exists()
+        security = secure.role_security(data_dir, secure.ADMIN) if was_secure else PLAINTEXT
+        if any(_running_pids(data_dir)) and is_reachable(bootstrap, 3.0, security):
             print(bootstrap)
             return 0
         print("not running", file=sys.stderr)
         return 1
-    except BrokerError as exc:
+    except (BrokerError, secure.SecureSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -46,6 +46,7 @@ from streams.engine.engine import call_signature, open_call, result_facts, resul
 from streams.engine.hashing import POLL_KINDS, classify
 from streams.engine.warnings import BUCKET_SIZE
 from streams.apply import apply_safely
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 
 KIND_NAMES = {
     KIND_OTHER: "",
@@ -252,13 +253,13 @@ def events_from_file(path: str) -> Iterable[tuple[str, bytes]]:
 
 
 def from_topics(
-    bootstrap: str, run_id: str, events_topic: str, decisions_topic: str
+    bootstrap: str, run_id: str, events_topic: str, decisions_topic: str, security: KafkaSecurity = PLAINTEXT
 ) -> tuple[list[tuple[str, bytes]], dict[int, list[Verdict]]]:
     """The run's events (by message key) and its published verdicts, read
     by manual assignment without a consumer group."""
     from streams.tools.audit import _consumer, _partitions, read_range
 
-    consumer = _consumer(bootstrap, "loopwarden-explain")
+    consumer = _consumer(bootstrap, "loopwarden-explain", security)
     key = run_id.encode()
     try:
         tps = _partitions(consumer, events_topic)
@@ -292,9 +293,10 @@ def explain_from_topics(
     decisions_topic: str,
     config: FleetConfig,
     policy: FleetPolicy | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> tuple[list[Step], list[str]]:
     """The run's steps from the topics, each with the verdicts really published for it."""
-    items, published = from_topics(bootstrap, run_id, events_topic, decisions_topic)
+    items, published = from_topics(bootstrap, run_id, events_topic, decisions_topic, security)
     steps, refused = explain(items, run_id, config, policy)
     for step in steps:
         step.published = published.get(step.seq, [])
@@ -480,13 +482,15 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             return 2
         steps, refused = explain(items, args.run_id, config, policy)
     else:
-        from streams.tools.audit import AuditError
-        from streams.worker.settings import default_bootstrap
+        from streams.tools.audit import AuditError, kafka_refusals
+        from streams.worker.settings import connection_from_args
 
+        bootstrap, security = connection_from_args(args)
         try:
-            steps, refused = explain_from_topics(
-                default_bootstrap(args.bootstrap), args.run_id, args.events_topic, args.decisions_topic, config, policy
-            )
+            with kafka_refusals():
+                steps, refused = explain_from_topics(
+                    bootstrap, args.run_id, args.events_topic, args.decisions_topic, config, policy, security
+                )
         except AuditError as exc:
             print(f"loopwarden explain: {exc}", file=err)
             return 2

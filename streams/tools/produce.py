@@ -19,17 +19,25 @@ import msgspec
 
 from schemas.codec import BadEvent, decode_event
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 
 
 @dataclass
 class ProduceReport:
+    """`sent`: acknowledged by the broker; `refused`: bad lines not sent;
+    `failed`: sent but not acknowledged (e.g. refused by an ACL), the first
+    such error in `error`."""
+
     sent: int = 0
     refused: int = 0
+    failed: int = 0
+    error: str | None = None
 
 
-def _producer(bootstrap: str, *, linger_ms: int = 5):
+def _producer(bootstrap: str, security: KafkaSecurity, *, linger_ms: int = 5):
     return kafka_clients.producer(
         bootstrap,
+        security=security,
         client_id="loopwarden-produce",
         acks="all",
         linger_ms=linger_ms,
@@ -77,19 +85,26 @@ def produce(
     raw: bool = False,
     err: TextIO = sys.stderr,
     producer=None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> ProduceReport:
-    """Send a trace; every message is acknowledged by the broker on return."""
+    """Send a trace and wait until the broker has answered every message."""
     report = ProduceReport()
     own = producer is None
-    producer = producer or _producer(bootstrap)
+    producer = producer or _producer(bootstrap, security)
     try:
+        futures = []
         for key, value in keyed_lines(lines, raw=raw, err=err):
             if not value:
                 report.refused += 1
                 continue
-            producer.send(topic, key=key, value=value)
-            report.sent += 1
+            futures.append(producer.send(topic, key=key, value=value))
         producer.flush()
+        for future in futures:
+            if future.failed():
+                report.failed += 1
+                report.error = report.error or f"{type(future.exception).__name__}: {future.exception}"
+            else:
+                report.sent += 1
     finally:
         if own:
             producer.close()
@@ -97,9 +112,15 @@ def produce(
 
 
 def produce_file(
-    path: str, bootstrap: str, topic: str, *, raw: bool = False, err: TextIO = sys.stderr
+    path: str,
+    bootstrap: str,
+    topic: str,
+    *,
+    raw: bool = False,
+    err: TextIO = sys.stderr,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> ProduceReport:
     if path == "-":
-        return produce(sys.stdin.buffer, bootstrap, topic, raw=raw, err=err)
+        return produce(sys.stdin.buffer, bootstrap, topic, raw=raw, err=err, security=security)
     with open(path, "rb") as lines:
-        return produce(lines, bootstrap, topic, raw=raw, err=err)
+        return produce(lines, bootstrap, topic, raw=raw, err=err, security=security)

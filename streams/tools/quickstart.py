@@ -12,6 +12,11 @@
    second demo on the same broker starts fresh runs instead of repeating old
    sequence numbers (which the worker would rightly ignore as duplicates).
 
+With ``--secure`` the broker is the secure one of docs/SECURITY.md (TLS,
+SASL/SCRAM, ACLs; started unless it already runs in the broker dir): the
+worker connects as the ``worker`` role and the demo as the ``gateway`` role,
+with the settings the broker wrote into its ``secrets/``.
+
 On Ctrl-C or SIGTERM the worker is stopped, and so is the broker if this
 command started it.
 """
@@ -31,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from streams import kafka_clients
-from streams.worker.settings import Settings, settings_from_args, worker_argv
+from streams.kafka_clients import KafkaSecurity
+from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
@@ -64,22 +70,49 @@ def _broker_dir(explicit: str | None) -> Path:
         return (Path.home() / ".cache" / "loopwarden" / "kafka").resolve()
 
 
-def _start_broker(settings: Settings, broker_dir: str | None):
+def _start_broker(settings: Settings, broker_dir: str | None, secure: bool = False):
     """A LocalBroker on the bootstrap's port when nothing answers there."""
+    from streams.tools import secure as roles
     from streams.tools.broker import BrokerError, LocalBroker, is_reachable
 
-    if is_reachable(settings.bootstrap, 3.0):
+    data_dir = _broker_dir(broker_dir)
+    probe = settings.security
+    if secure and roles.password_file(data_dir, roles.ADMIN).exists():
+        probe = roles.role_security(data_dir, roles.ADMIN)
+    if is_reachable(settings.bootstrap, 3.0, probe):
         _say(f"using the Kafka broker at {settings.bootstrap}")
         return None
     host, port = _split(settings.bootstrap)
     if host not in LOCAL_HOSTS:
         raise BrokerError(f"nothing answers at {settings.bootstrap}, and it is not a local address to start one on")
-    data_dir = _broker_dir(broker_dir)
-    _say(f"no broker at {settings.bootstrap}: starting a local one (data in {data_dir})")
-    broker = LocalBroker(port=port, data_dir=data_dir)
+    kind = "a secure local one (TLS, SASL/SCRAM, ACLs)" if secure else "a local one"
+    _say(f"no broker at {settings.bootstrap}: starting {kind} (data in {data_dir})")
+    broker = LocalBroker(port=port, data_dir=data_dir, secure=secure)
     broker.start()
     _say(f"Kafka is up at {broker.bootstrap} (pid {broker.pid})")
     return broker
+
+
+def _check_secure_names(settings: Settings) -> None:
+    """The local secure broker's ACLs name the default app id and topics:
+    others are refused (ValueError) before anything starts."""
+    from streams.tools import secure as roles
+
+    defaults, topics = Topics(), settings.topics
+    names = (topics.events, topics.decisions, topics.deadletter)
+    if settings.app_id != roles.APP_ID or names != (defaults.events, defaults.decisions, defaults.deadletter):
+        raise ValueError(
+            f"--secure: the local secure broker's ACLs are for app id {roles.APP_ID} and the default topic names"
+        )
+
+
+def _secure_roles(data_dir: Path, settings: Settings) -> tuple[Settings, KafkaSecurity]:
+    """For ``--secure``: the worker's settings as the worker role, and the
+    demo's security as the gateway role, from the broker's secrets."""
+    from streams.tools import secure as roles
+
+    worker = settings.with_(security=roles.role_security(data_dir, roles.WORKER))
+    return worker, roles.role_security(data_dir, roles.GATEWAY)
 
 
 def _tag_trace(lines: list[bytes], stamp: str) -> list[bytes]:
@@ -115,7 +148,9 @@ def _expected(lines: list[bytes], settings: Settings) -> set[tuple[str, int]]:
     return expected
 
 
-def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], timeout: float) -> int:
+def _run_demo(
+    settings: Settings, trace: str, worker: subprocess.Popen[bytes], timeout: float, security: KafkaSecurity
+) -> int:
     from kafka import TopicPartition
 
     from streams.tools.produce import produce
@@ -130,6 +165,7 @@ def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], t
     expected = _expected(lines, settings)
     consumer = kafka_clients.consumer(
         settings.bootstrap,
+        security=security,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -143,7 +179,10 @@ def _run_demo(settings: Settings, trace: str, worker: subprocess.Popen[bytes], t
         consumer.seek_to_end(*assignment)
         for tp in assignment:
             consumer.position(tp)
-        report = produce(lines, settings.bootstrap, settings.topics.events, raw=True)
+        report = produce(lines, settings.bootstrap, settings.topics.events, raw=True, security=security)
+        if report.failed:
+            _say(f"{report.failed} events were not accepted by Kafka: {report.error}")
+            return 1
         _say(
             f"published {report.sent} events of {trace} (run ids tagged @{stamp}); waiting for {len(expected)} verdicts"
         )
@@ -191,6 +230,7 @@ def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
+    from streams.tools.secure import SecureSetupError
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, ensure_topics
@@ -203,6 +243,12 @@ def run_up(args: argparse.Namespace) -> int:
     if args.demo and not Path(args.demo).is_file():
         _say(f"no such demo trace: {args.demo}")
         return 2
+    if args.secure:
+        try:
+            _check_secure_names(settings)
+        except ValueError as exc:
+            _say(str(exc))
+            return 2
 
     previous = signal.getsignal(signal.SIGTERM)
 
@@ -214,8 +260,11 @@ def run_up(args: argparse.Namespace) -> int:
     worker: subprocess.Popen[bytes] | None = None
     log_file = None
     try:
-        broker = _start_broker(settings, args.broker_dir)
-        for state in ensure_topics(settings.bootstrap, settings.topics):
+        broker = _start_broker(settings, args.broker_dir, args.secure)
+        gateway_security = settings.security
+        if args.secure:
+            settings, gateway_security = _secure_roles(_broker_dir(args.broker_dir), settings)
+        for state in ensure_topics(settings.bootstrap, settings.topics, security=settings.security):
             _say(f"topic {state.name}: {state.partitions} partitions{' (created)' if state.created else ''}")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "streams.cli", "worker", *worker_argv(settings)]
@@ -224,13 +273,13 @@ def run_up(args: argparse.Namespace) -> int:
             log_file = open(log_path, "ab")
             _say(f"starting the worker (log: {log_path})")
             worker = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            return _run_demo(settings, args.demo, worker, args.demo_timeout)
+            return _run_demo(settings, args.demo, worker, args.demo_timeout, gateway_security)
         _say("starting the worker; Ctrl-C stops everything")
         worker = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         return worker.wait()
     except (KeyboardInterrupt, _Stop):
         return 0
-    except (BrokerError, TopicError) as exc:
+    except (BrokerError, SecureSetupError, TopicError, ValueError) as exc:
         _say(str(exc))
         return 1
     finally:

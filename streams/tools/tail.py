@@ -11,6 +11,7 @@ from typing import BinaryIO
 
 from schemas import topics
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 
 
 def _header_map(headers: Iterable[tuple[str, bytes]] | None) -> dict[str, str]:
@@ -48,9 +49,10 @@ def _int_or_none(text: str | None) -> int | None:
         return None
 
 
-def _consumer(bootstrap: str):
+def _consumer(bootstrap: str, security: KafkaSecurity):
     return kafka_clients.consumer(
         bootstrap,
+        security=security,
         client_id="loopwarden-tail",
         group_id=None,
         enable_auto_commit=False,
@@ -72,6 +74,7 @@ def tail(
     deadletter: bool = False,
     dedupe: bool = False,
     stop=None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> int:
     """Print records as they arrive; returns how many were printed.
 
@@ -83,7 +86,7 @@ def tail(
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(bootstrap, security)
     printed = 0
     seen: set[tuple[str, int]] = set()
     try:

@@ -103,7 +103,7 @@ def create_app(
     """The Faust app with its topic, table, processing task and timers."""
     app = WorkerApp(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
         autodiscover=False,
         store=STORE_URL,
         datadir=str(settings.data_dir),
@@ -258,6 +258,7 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
+    from streams.kafka_clients import ConnectionRefused, check_connection
     from streams.worker.topics import TopicError, describe_partitions, ensure_topics, log_created
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
@@ -266,12 +267,17 @@ def run_worker(settings: Settings) -> int:
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
     try:
+        check_connection(settings.bootstrap, settings.security)
+    except ConnectionRefused as exc:
+        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+        return 2
+    try:
         if settings.create_topics:
-            states = ensure_topics(settings.bootstrap, settings.topics)
+            states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)
             log_created(log, states)
             partitions = states[0].partitions
         else:
-            found = describe_partitions(settings.bootstrap, [settings.topics.events])
+            found = describe_partitions(settings.bootstrap, [settings.topics.events], security=settings.security)
             if settings.topics.events not in found:
                 raise TopicError(f"events topic {settings.topics.events} does not exist (and --no-create-topics)")
             partitions = found[settings.topics.events]
@@ -294,6 +300,8 @@ def run_worker(settings: Settings) -> int:
         event="starting",
         app_id=settings.app_id,
         bootstrap=settings.bootstrap,
+        security=settings.security.protocol,
+        sasl_user=settings.security.sasl_username or "-",
         events=settings.topics.events,
         decisions=settings.topics.decisions,
         deadletter=settings.topics.deadletter,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, check_connection, security_from
 
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
@@ -94,6 +95,7 @@ class Settings:
     """Everything ``loopwarden worker`` needs besides the loop-detection config."""
 
     bootstrap: str = DEFAULT_BOOTSTRAP
+    security: KafkaSecurity = PLAINTEXT
     config_path: str | None = None
     policy_path: str | None = None
     app_id: str = "loopwarden"
@@ -145,6 +147,33 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )
+    add_security_options(parser)
+
+
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    """The TLS and SASL flags (docs/SECURITY.md). Their help names the
+    variable, never its value: a default shown by --help could be a secret."""
+    group = parser.add_argument_group("Kafka security (a flag wins over its variable)")
+    for setting in SETTINGS:
+        group.add_argument(
+            setting.flag,
+            dest=f"kafka_{setting.field}",
+            metavar=setting.flag.removeprefix("--").split("-", 1)[1].upper().replace("-", "_"),
+            help=f"{setting.help} (default ${setting.env})",
+        )
+
+
+def connection_from_args(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
+    """A command's bootstrap and security, checked against the brokers
+    (`check_connection`: ConnectionRefused names what was refused)."""
+    bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
+    check_connection(bootstrap, security)
+    return bootstrap, security
+
+
+def security_from_args(args: argparse.Namespace) -> KafkaSecurity:
+    """The security settings of a command: its flags, else the variables; checked."""
+    return security_from({setting.field: getattr(args, f"kafka_{setting.field}", None) for setting in SETTINGS})
 
 
 def add_topic_options(parser: argparse.ArgumentParser) -> None:
@@ -280,6 +309,7 @@ def _duration_option(parser: argparse.ArgumentParser, flag: str, name: str, text
 def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         bootstrap=default_bootstrap(args.bootstrap),
+        security=security_from_args(args),
         config_path=args.config,
         policy_path=args.policy,
         app_id=args.app_id or os.environ.get(APP_ID_ENV) or "loopwarden",
@@ -378,4 +408,4 @@ def worker_argv(settings: Settings) -> list[str]:
         argv.append("--no-create-topics")
     if settings.web_port is not None:
         argv += ["--web-port", str(settings.web_port)]
-    return argv
+    return argv + settings.security.argv()

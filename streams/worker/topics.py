@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
@@ -41,10 +42,11 @@ class TopicState:
     created: bool
 
 
-def admin_client(bootstrap: str, timeout: float = 30.0):
+def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT):
     ms = int(timeout * 1000)
     return kafka_clients.admin(
         bootstrap,
+        security=security,
         client_id="loopwarden-admin",
         request_timeout_ms=ms,
         bootstrap_timeout_ms=ms,
@@ -61,7 +63,9 @@ def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
     return found
 
 
-def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> list[TopicState]:
+def ensure_topics(
+    bootstrap: str, topics: Topics, *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+) -> list[TopicState]:
     """Create whichever of the three topics are missing; describe them all."""
     plan = topics.plan()
     kinds = dict(zip((name for name, _ in plan), ("events", "decisions", "deadletter"), strict=True))
@@ -70,6 +74,7 @@ def ensure_topics(bootstrap: str, topics: Topics, *, timeout: float = 30.0) -> l
         [(name, partitions, TOPIC_CONFIGS.get(kinds[name], {})) for name, partitions in plan],
         topics.replication_factor,
         timeout=timeout,
+        security=security,
     )
     for state, (_, partitions) in zip(states, plan, strict=True):
         if not state.created and state.partitions != partitions and kinds[state.name] == "events":
@@ -86,11 +91,12 @@ def ensure(
     replication_factor: int,
     *,
     timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
     missing; describe them all, in the plan's order."""
     try:
-        admin = admin_client(bootstrap, timeout)
+        admin = admin_client(bootstrap, timeout, security)
     except Exception as exc:
         raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
     try:
@@ -142,8 +148,10 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
             )
 
 
-def describe_partitions(bootstrap: str, names: Iterable[str], *, timeout: float = 30.0) -> dict[str, int]:
-    admin = admin_client(bootstrap, timeout)
+def describe_partitions(
+    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+) -> dict[str, int]:
+    admin = admin_client(bootstrap, timeout, security)
     try:
         return partitions_of(admin, names)
     finally:

@@ -5,7 +5,9 @@
  */
 
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
+import type { ConnectionOptions as TlsOptions } from "node:tls";
 
 import {
   compatibilityPartitioner,
@@ -16,7 +18,7 @@ import {
   stringSerializers,
 } from "@platformatic/kafka";
 
-import type { Settings } from "./config.js";
+import { readPassword, type Mechanism, type Security, type Settings } from "./config.js";
 
 export interface Log {
   debug(message: string): void;
@@ -27,6 +29,53 @@ export interface Log {
 /** How long a dead broker holds a publish before it fails; the verdict wait is bounded by timeoutMs anyway. */
 const PRODUCER_TIMEOUT_MS = 5_000;
 const RECONNECT_DELAY_MS = 5_000;
+/** The consumer groups loopwarden's gateway role may use. */
+export const GATEWAY_GROUP_PREFIX = "loopwarden-gateway-";
+
+/** What a connection needs for the settings' TLS and SASL; nothing for PLAINTEXT. */
+export interface ConnectionSecurity {
+  tls?: TlsOptions;
+  sasl?: { mechanism: Mechanism; username: string; password: () => string };
+}
+
+/**
+ * @platformatic/kafka's `tls` and `sasl` options: the CA (else Node's own),
+ * the client certificate for mutual TLS, and a password read from its file
+ * each time a connection authenticates (a rotated password is picked up).
+ */
+export function connectionSecurity(security: Security): ConnectionSecurity {
+  const options: ConnectionSecurity = {};
+  if (security.protocol === "SSL" || security.protocol === "SASL_SSL") {
+    const tls: TlsOptions = { rejectUnauthorized: true };
+    if (security.sslCaFile) tls.ca = readFileSync(security.sslCaFile);
+    if (security.sslCertFile) tls.cert = readFileSync(security.sslCertFile);
+    if (security.sslKeyFile) tls.key = readFileSync(security.sslKeyFile);
+    options.tls = tls;
+  }
+  if (security.protocol === "SASL_PLAINTEXT" || security.protocol === "SASL_SSL") {
+    const file = security.saslPasswordFile ?? "";
+    options.sasl = {
+      mechanism: security.saslMechanism ?? "SCRAM-SHA-512",
+      username: security.saslUsername ?? "",
+      password: () => readPassword(file),
+    };
+  }
+  return options;
+}
+
+/**
+ * The causes at the bottom of @platformatic/kafka's errors, which wrap them once
+ * per retry and step ("joinGroup failed 2 times. findGroupCoordinator failed
+ * ..."): what the operator needs is e.g. "SASL authentication failed."
+ */
+export function rootCauses(error: unknown): string {
+  const leaves = (e: unknown): string[] => {
+    if (!(e instanceof Error)) return [String(e)];
+    const inner = [...((e as Partial<AggregateError>).errors ?? []), ...(e.cause !== undefined ? [e.cause] : [])];
+    return inner.length ? inner.flatMap(leaves) : [e.message];
+  };
+  return [...new Set(leaves(error))].join("; ");
+}
 
 export class Bus {
   private readonly producer: Producer<string, string, string, string>;
@@ -45,6 +94,7 @@ export class Bus {
     this.producer = new Producer({
       clientId: `loopwarden-openclaw-${process.pid}`,
       bootstrapBrokers: settings.bootstrap,
+      ...connectionSecurity(settings.security),
       serializers: stringSerializers,
       partitioner: compatibilityPartitioner,
       acks: 1,
@@ -67,10 +117,12 @@ export class Bus {
   private async subscribe(): Promise<void> {
     while (!this.closed) {
       // A group of its own: every gateway process reads every verdict and keeps those of its runs.
+      // Its name starts with the prefix a gateway's ACLs allow (docs/SECURITY.md).
       const consumer = new Consumer({
         clientId: `loopwarden-openclaw-${process.pid}`,
-        groupId: `loopwarden-openclaw-${hostname()}-${process.pid}-${randomUUID()}`,
+        groupId: `${GATEWAY_GROUP_PREFIX}openclaw-${hostname()}-${process.pid}-${randomUUID()}`,
         bootstrapBrokers: this.settings.bootstrap,
+        ...connectionSecurity(this.settings.security),
         deserializers: stringDeserializers,
         timeout: PRODUCER_TIMEOUT_MS,
         retries: 1,
@@ -87,7 +139,7 @@ export class Bus {
         stream.on("data", (message) => {
           if (message.value) this.onMessage(message.value);
         });
-        stream.on("error", (error: Error) => this.log.warn(`loopwarden: decision reader error: ${error.message}`));
+        stream.on("error", (error: Error) => this.log.warn(`loopwarden: decision reader error: ${rootCauses(error)}`));
         this.consumer = consumer;
         this.stream = stream;
         this.log.info(`loopwarden: reading verdicts from ${this.settings.decisionsTopic} at ${this.settings.bootstrap.join(",")}`);
@@ -96,7 +148,7 @@ export class Bus {
         await consumer.close(true).catch(() => undefined);
         this.log.warn(
           `loopwarden: cannot read ${this.settings.decisionsTopic} at ${this.settings.bootstrap.join(",")}: ` +
-            `${(error as Error).message}; retrying in ${RECONNECT_DELAY_MS / 1000}s`,
+            `${rootCauses(error)}; retrying in ${RECONNECT_DELAY_MS / 1000}s`,
         );
         await new Promise((resolve) => setTimeout(resolve, RECONNECT_DELAY_MS).unref());
       }

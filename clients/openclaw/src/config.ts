@@ -1,6 +1,28 @@
 /** The plugin's settings (`plugins.entries.loopwarden.config`), checked with errors that name the field. */
 
+import { accessSync, constants, readFileSync } from "node:fs";
+
 export type FailurePolicy = "fail_open" | "fail_closed";
+
+export const PROTOCOLS = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] as const;
+export const MECHANISMS = ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] as const;
+export type Protocol = (typeof PROTOCOLS)[number];
+export type Mechanism = (typeof MECHANISMS)[number];
+
+/**
+ * TLS and SASL, as loopwarden's own clients take them (docs/SECURITY.md): the
+ * password stays in its file, read when a connection authenticates, so it is
+ * never part of the settings.
+ */
+export interface Security {
+  protocol: Protocol;
+  saslMechanism?: Mechanism;
+  saslUsername?: string;
+  saslPasswordFile?: string;
+  sslCaFile?: string;
+  sslCertFile?: string;
+  sslKeyFile?: string;
+}
 
 export interface Settings {
   bootstrap: string[];
@@ -9,11 +31,24 @@ export interface Settings {
   timeoutMs: number;
   failurePolicy: FailurePolicy;
   localHashing: boolean;
+  security: Security;
 }
 
 /** Past the gateway's 15 s hook budget the gateway blocks the call itself; stay well under it. */
 export const MAX_TIMEOUT_MS = 14_000;
-const KNOWN = ["bootstrap", "eventsTopic", "decisionsTopic", "timeoutMs", "failurePolicy", "localHashing"];
+const SASL_KEYS = ["saslMechanism", "saslUsername", "saslPasswordFile"] as const;
+const SSL_KEYS = ["sslCaFile", "sslCertFile", "sslKeyFile"] as const;
+const KNOWN = [
+  "bootstrap",
+  "eventsTopic",
+  "decisionsTopic",
+  "timeoutMs",
+  "failurePolicy",
+  "localHashing",
+  "securityProtocol",
+  ...SASL_KEYS,
+  ...SSL_KEYS,
+];
 const HOST_PORT = /^[^,:\s]+:\d+$/;
 
 export class SettingsError extends Error {}
@@ -26,6 +61,62 @@ function topic(raw: Record<string, unknown>, name: string, fallback: string): st
   const value = raw[name] ?? fallback;
   if (typeof value !== "string" || !value) throw new SettingsError(`${name}: expected a topic name, got ${show(value)}`);
   return value;
+}
+
+function readable(name: string, path: unknown): string {
+  if (typeof path !== "string" || !path) throw new SettingsError(`${name}: expected a file path, got ${show(path)}`);
+  try {
+    accessSync(path, constants.R_OK);
+  } catch (error) {
+    throw new SettingsError(`${name}: cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`);
+  }
+  return path;
+}
+
+/** The password of a SASL password file (its trailing newline dropped). */
+export function readPassword(path: string): string {
+  return readFileSync(path, "utf8").replace(/[\r\n]+$/, "");
+}
+
+function parseSecurity(config: Record<string, unknown>): Security {
+  const protocol = config.securityProtocol ?? "PLAINTEXT";
+  if (!PROTOCOLS.includes(protocol as Protocol)) {
+    throw new SettingsError(`securityProtocol: expected one of ${PROTOCOLS.join(", ")}, got ${show(protocol)}`);
+  }
+  const security: Security = { protocol: protocol as Protocol };
+  const sasl = security.protocol.startsWith("SASL_");
+  const tls = security.protocol === "SSL" || security.protocol === "SASL_SSL";
+  for (const key of SASL_KEYS) {
+    if (config[key] !== undefined && !sasl) {
+      throw new SettingsError(`${key} is set, but securityProtocol is ${security.protocol}, not SASL_PLAINTEXT or SASL_SSL`);
+    }
+  }
+  for (const key of SSL_KEYS) {
+    if (config[key] !== undefined && !tls) {
+      throw new SettingsError(`${key} is set, but securityProtocol is ${security.protocol}, not SSL or SASL_SSL`);
+    }
+  }
+  if (sasl) {
+    const mechanism = config.saslMechanism ?? "SCRAM-SHA-512";
+    if (!MECHANISMS.includes(mechanism as Mechanism)) {
+      throw new SettingsError(`saslMechanism: expected one of ${MECHANISMS.join(", ")}, got ${show(mechanism)}`);
+    }
+    security.saslMechanism = mechanism as Mechanism;
+    if (typeof config.saslUsername !== "string" || !config.saslUsername) {
+      throw new SettingsError(`saslUsername: required with ${security.protocol}, got ${show(config.saslUsername)}`);
+    }
+    security.saslUsername = config.saslUsername;
+    if (config.saslPasswordFile === undefined) throw new SettingsError(`saslPasswordFile: required with ${security.protocol}`);
+    security.saslPasswordFile = readable("saslPasswordFile", config.saslPasswordFile);
+    if (!readPassword(security.saslPasswordFile)) throw new SettingsError(`saslPasswordFile: ${security.saslPasswordFile} is empty`);
+  }
+  if (config.sslKeyFile !== undefined && config.sslCertFile === undefined) {
+    throw new SettingsError("sslKeyFile is set without sslCertFile");
+  }
+  if (config.sslCaFile !== undefined) security.sslCaFile = readable("sslCaFile", config.sslCaFile);
+  if (config.sslCertFile !== undefined) security.sslCertFile = readable("sslCertFile", config.sslCertFile);
+  if (config.sslKeyFile !== undefined) security.sslKeyFile = readable("sslKeyFile", config.sslKeyFile);
+  return security;
 }
 
 export function parseSettings(raw: unknown): Settings {
@@ -58,5 +149,6 @@ export function parseSettings(raw: unknown): Settings {
     timeoutMs,
     failurePolicy,
     localHashing,
+    security: parseSecurity(config),
   };
 }

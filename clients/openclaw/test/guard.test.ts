@@ -37,6 +37,7 @@ class Recorder implements Publisher {
 
 const SETTINGS: Settings = {
   bootstrap: ["127.0.0.1:9"], eventsTopic: "e", decisionsTopic: "d", timeoutMs: 200, failurePolicy: "fail_open", localHashing: false,
+  security: { protocol: "PLAINTEXT" },
 };
 const quiet = { debug() {}, info() {}, warn() {} };
 

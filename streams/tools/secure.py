@@ -1,0 +1,271 @@
+"""The secure local broker's set-up: a private CA and a broker certificate,
+SCRAM users created when the storage is formatted, the `StandardAuthorizer`
+with the ACLs of the two roles, and the files a client needs.
+
+Used by `LocalBroker(secure=True)` (streams/tools/broker.py). The broker's
+one client listener speaks SASL_SSL with SCRAM-SHA-512 and nothing else; the
+controller listener speaks SASL_SSL with PLAIN, for the broker itself only.
+The `admin` user is the broker's own identity and the one super user: it
+creates the topics and the ACLs. Its env file is for an operator's tools on
+this machine (`audit` and `explain` read both topics, which neither role may);
+a gateway or a worker is never given it.
+
+Roles (principals `User:gateway`, `User:worker`), and nothing else:
+
+- gateway: write the events topic, read the decisions topic, with consumer
+  groups named `loopwarden-gateway-*` (its own) or none;
+- worker: read the events topic; write the decisions and dead-letter topics
+  (and read and write `WORKER_TOPICS`); own every topic and transactional id
+  starting with its app id and `-` (Faust's changelog and repartition
+  topics, and its transactions under exactly_once); use its consumer group,
+  which is the app id.
+
+What a client needs lands in `DATA_DIR/secrets/`: `ca.pem`, one
+`USER.password` and one `USER.env` (every `LOOPWARDEN_*` setting, bootstrap
+included) per user: `gateway`, `worker`, `admin`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams.kafka_clients import KafkaSecurity
+
+SECRETS_DIR = "secrets"
+CA_FILE = "ca.pem"
+ADMIN = "admin"
+GATEWAY = "gateway"
+WORKER = "worker"
+ROLES = (GATEWAY, WORKER)
+MECHANISM = "SCRAM-SHA-512"
+#: The app id the worker role's ACLs are written for (the worker's default).
+APP_ID = "loopwarden"
+#: Consumer groups a gateway may use: its own, one per process.
+GATEWAY_GROUP_PREFIX = "loopwarden-gateway-"
+#: Topics of later stages that the worker reads and writes besides its own three.
+WORKER_TOPICS: tuple[str, ...] = ("loopwarden.incidents",)
+
+_BROKER_KEYSTORE = "broker.pem"  # the broker's PKCS#8 key, then its certificate
+_DAYS = "3650"
+
+
+class SecureSetupError(RuntimeError):
+    """The CA, the certificates or the ACLs could not be made."""
+
+
+def secrets_dir(data_dir: Path) -> Path:
+    return data_dir / SECRETS_DIR
+
+
+def password_file(data_dir: Path, user: str) -> Path:
+    return secrets_dir(data_dir) / f"{user}.password"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    try:
+        proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SecureSetupError("`openssl` not found on PATH: install it (e.g. apt-get install openssl)") from None
+    if proc.returncode != 0:
+        raise SecureSetupError(f"openssl {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (created so, never widened)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def make_secrets(data_dir: Path) -> None:
+    """The CA, the broker's key and certificate (for 127.0.0.1 and localhost)
+    and one random password per user; kept when they exist, so a restarted
+    broker keeps its identity and its clients their settings."""
+    folder = secrets_dir(data_dir)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for user in (ADMIN, *ROLES):
+        path = password_file(data_dir, user)
+        if not path.exists():
+            write_private(path, secrets.token_urlsafe(24) + "\n")
+    if (folder / _BROKER_KEYSTORE).exists():
+        return
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    # The CA's key signs the broker's certificate and is deleted with the
+    # work dir: no one can mint another certificate this CA vouches for.
+    with tempfile.TemporaryDirectory(dir=folder) as work:
+        _openssl(
+            "req", "-x509", *ec, "-keyout", f"{work}/ca.key", "-out", CA_FILE, "-days", _DAYS,
+            "-subj", "/CN=loopwarden local CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=folder,
+        )  # fmt: skip
+        extensions = Path(work) / "broker.ext"
+        extensions.write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
+            "keyUsage=critical,digitalSignature\n"
+        )
+        _openssl("req", "-new", *ec, "-keyout", f"{work}/broker.key", "-out", f"{work}/broker.csr",
+                 "-subj", "/CN=localhost", cwd=folder)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{work}/broker.csr", "-CA", CA_FILE, "-CAkey", f"{work}/ca.key",
+                 "-CAcreateserial", "-CAserial", f"{work}/ca.srl", "-out", f"{work}/broker.crt", "-days", _DAYS,
+                 "-extfile", str(extensions), cwd=folder)  # fmt: skip
+        key = Path(work, "broker.key").read_text()
+        write_private(folder / _BROKER_KEYSTORE, key + Path(work, "broker.crt").read_text())
+    (folder / CA_FILE).chmod(0o644)
+
+
+def _password(data_dir: Path, user: str) -> str:
+    return password_file(data_dir, user).read_text(encoding="utf-8").strip()
+
+
+def server_properties(data_dir: Path) -> dict[str, str]:
+    """The broker properties of the secure mode (the listeners are named in
+    the template: SASL_SSL for clients, CONTROLLER for the quorum)."""
+    folder = secrets_dir(data_dir)
+    admin = _password(data_dir, ADMIN)
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(folder / _BROKER_KEYSTORE),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(folder / CA_FILE),
+        "ssl.client.auth": "none",
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+            f'{scram} required username="{ADMIN}" password="{admin}";'
+        ),
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{plain} required username="{ADMIN}" password="{admin}" user_{ADMIN}="{admin}";'
+        ),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{ADMIN}",
+        "allow.everyone.if.no.acl.found": "false",
+    }
+
+
+@contextlib.contextmanager
+def format_arguments(data_dir: Path) -> Iterator[list[str]]:
+    """`--add-scram` arguments for `kafka-storage format`, in a Java argument
+    file (`@FILE`, owner-only, deleted afterwards): the passwords never show
+    in a process listing."""
+    lines = [
+        f"--add-scram\n{MECHANISM}=[name={user},password={_password(data_dir, user)}]\n" for user in (ADMIN, *ROLES)
+    ]
+    path = secrets_dir(data_dir) / "format.args"
+    write_private(path, "".join(lines))
+    try:
+        yield [f"@{path}"]
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def role_security(data_dir: Path, user: str) -> KafkaSecurity:
+    """The settings a client of `user` connects with (checked, password read)."""
+    return KafkaSecurity.checked(
+        {
+            "protocol": "SASL_SSL",
+            "sasl_mechanism": MECHANISM,
+            "sasl_username": user,
+            "sasl_password_file": str(password_file(data_dir, user)),
+            "ssl_cafile": str(secrets_dir(data_dir) / CA_FILE),
+        }
+    )
+
+
+def write_env_files(data_dir: Path, bootstrap: str) -> None:
+    """`secrets/<user>.env`: `set -a; . DIR/secrets/worker.env` then
+    `loopwarden worker` connects as that user."""
+    for role in (*ROLES, ADMIN):
+        values = {"LOOPWARDEN_BOOTSTRAP": bootstrap, **role_security(data_dir, role).env()}
+        if role == WORKER:
+            values["LOOPWARDEN_APP_ID"] = APP_ID
+        write_private(secrets_dir(data_dir) / f"{role}.env", "".join(f"{k}={v}\n" for k, v in values.items()))
+
+
+def role_acls() -> list[object]:
+    """Every ACL of the two roles (kafka-python `ACL`s), and no other."""
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    literal, prefixed = ACLResourcePatternType.LITERAL, ACLResourcePatternType.PREFIXED
+    op = ACLOperation
+    grants = [
+        (GATEWAY, ResourceType.TOPIC, EVENTS_TOPIC, literal, op.WRITE),
+        (GATEWAY, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.READ),
+        (GATEWAY, ResourceType.GROUP, GATEWAY_GROUP_PREFIX, prefixed, op.READ),
+        (WORKER, ResourceType.TOPIC, EVENTS_TOPIC, literal, op.READ),
+        (WORKER, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.WRITE),
+        (WORKER, ResourceType.TOPIC, DEADLETTER_TOPIC, literal, op.WRITE),
+        *(
+            (WORKER, ResourceType.TOPIC, topic, literal, action)
+            for topic in WORKER_TOPICS
+            for action in (op.READ, op.WRITE)
+        ),
+        (WORKER, ResourceType.TOPIC, f"{APP_ID}-", prefixed, op.ALL),
+        (WORKER, ResourceType.GROUP, APP_ID, literal, op.READ),
+        (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.WRITE),
+        (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.DESCRIBE),
+    ]
+    return [
+        ACL(f"User:{user}", "*", action, ACLPermissionType.ALLOW, ResourcePattern(kind, name, pattern))
+        for user, kind, name, pattern, action in grants
+    ]
+
+
+def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
+    """As the super user: add the roles' ACLs and create the project's topics
+    (both idempotent, so every start adds what is missing), then write the
+    env files. Returns once the broker enforces the ACLs: they reach its
+    authorizer through the metadata log, a moment after they are accepted."""
+    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+    from kafka.admin import ResourcePatternFilter, ResourceType
+
+    from streams import kafka_clients
+    from streams.worker.settings import Topics
+    from streams.worker.topics import TopicError, ensure_topics
+
+    admin_security = role_security(data_dir, ADMIN)
+    wanted = role_acls()
+    every_acl = ACLFilter(
+        None,
+        None,
+        ACLOperation.ANY,
+        ACLPermissionType.ANY,
+        ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
+    admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
+    try:
+        failed = admin.create_acls(wanted)["failed"]
+        if failed:
+            raise SecureSetupError(f"cannot create ACLs: {failed}")
+        deadline = time.monotonic() + timeout
+        while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
+            if time.monotonic() >= deadline:
+                raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
+            time.sleep(0.05)
+    finally:
+        admin.close()
+    try:
+        ensure_topics(bootstrap, Topics(), security=admin_security)
+    except TopicError as exc:
+        raise SecureSetupError(str(exc)) from None
+    write_env_files(data_dir, bootstrap)

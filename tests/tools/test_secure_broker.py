@@ -1,0 +1,190 @@
+"""The secure local broker (docs/SECURITY.md) against real clients: what it
+writes for them, the connections it refuses and why, and what the gateway
+and worker roles may not do. The pipeline over SASL_SSL is in
+tests/worker/test_secure_pipeline.py."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from kafka import TopicPartition
+from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+
+from helpers import LOOPWARDEN, REPO, env_file
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams import kafka_clients
+from streams.kafka_clients import ConnectionRefused, KafkaSecurity, check_connection
+from streams.tools import secure
+
+pytestmark = pytest.mark.integration
+
+
+def secrets(broker) -> Path:
+    return broker.data_dir / "secrets"
+
+
+def test_the_secrets_a_client_needs(secure_broker) -> None:
+    """ca.pem, one password file and one env file per user, which give every
+    setting, bootstrap included; passwords and env files are the owner's
+    only, and no env file holds a password."""
+    folder = secrets(secure_broker)
+    for role in ("gateway", "worker", "admin"):
+        env = env_file(folder / f"{role}.env")
+        assert env == {
+            "LOOPWARDEN_BOOTSTRAP": secure_broker.bootstrap,
+            "LOOPWARDEN_SECURITY_PROTOCOL": "SASL_SSL",
+            "LOOPWARDEN_SASL_MECHANISM": "SCRAM-SHA-512",
+            "LOOPWARDEN_SASL_USERNAME": role,
+            "LOOPWARDEN_SASL_PASSWORD_FILE": str(folder / f"{role}.password"),
+            "LOOPWARDEN_SSL_CAFILE": str(folder / "ca.pem"),
+            **({"LOOPWARDEN_APP_ID": "loopwarden"} if role == "worker" else {}),
+        }
+        password = (folder / f"{role}.password").read_text().strip()
+        assert len(password) >= 24 and password not in (folder / f"{role}.env").read_text()
+        for name in (f"{role}.password", f"{role}.env"):
+            assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name
+    assert (folder / "ca.pem").read_text().startswith("-----BEGIN CERTIFICATE-----")
+
+
+def test_the_env_file_is_all_a_command_needs(secure_broker) -> None:
+    """`set -a; . worker.env` and a command connects as the worker: the
+    topics the set-up created are there (and describing them is allowed)."""
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'set -a; . "$0"; exec "$@"',
+            secrets(secure_broker) / "worker.env",
+            *LOOPWARDEN,
+            "topics",
+            "create",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split("\n")[:3] == [
+        f"exists  {EVENTS_TOPIC} (12 partitions)",
+        f"exists  {DECISIONS_TOPIC} (12 partitions)",
+        f"exists  {DEADLETTER_TOPIC} (12 partitions)",
+    ]
+
+
+def _other(broker, **changes: str) -> KafkaSecurity:
+    """The gateway's settings with some changed."""
+    gateway = broker.security("gateway")
+    values = {
+        "protocol": gateway.protocol,
+        "sasl_username": gateway.sasl_username,
+        "sasl_password_file": gateway.sasl_password_file,
+        "ssl_cafile": gateway.ssl_cafile,
+    }
+    return KafkaSecurity.checked({**values, **changes})
+
+
+def test_refused_connections_say_why(secure_broker, tmp_path: Path) -> None:
+    """A plaintext client on the TLS listener, a wrong password and a client
+    that does not trust the CA are each refused, with the step and the reason."""
+    check_connection(secure_broker.bootstrap, secure_broker.security("gateway"))  # the right settings pass
+
+    with pytest.raises(ConnectionRefused, match=r"closed the connection .*does its listener require TLS"):
+        check_connection(secure_broker.bootstrap, kafka_clients.PLAINTEXT)
+
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    with pytest.raises(ConnectionRefused) as refused:
+        check_connection(secure_broker.bootstrap, _other(secure_broker, sasl_password_file=str(wrong)))
+    assert "as gateway: SaslAuthenticationFailed" in str(refused.value)
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in str(refused.value)
+
+    with pytest.raises(ConnectionRefused) as refused:
+        check_connection(secure_broker.bootstrap, _other(secure_broker, ssl_cafile=""))  # the system's CAs
+    assert "TLS handshake with" in str(refused.value)
+    assert "unable to get local issuer certificate" in str(refused.value)
+    assert "not signed by a CA this client trusts" in str(refused.value)
+
+
+def test_a_worker_with_a_wrong_password_does_not_start(secure_broker, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    env = {**env_file(secrets(secure_broker) / "worker.env"), "LOOPWARDEN_SASL_PASSWORD_FILE": str(wrong)}
+    run = subprocess.run(
+        [*LOOPWARDEN, "worker", "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+    assert run.returncode == 2
+    assert "event=startup_failed" in run.stderr and "SaslAuthenticationFailed" in run.stderr
+    assert "not-the-password" not in run.stderr
+
+
+def _send(broker, role: str, topic: str) -> None:
+    producer = kafka_clients.producer(broker.bootstrap, security=broker.security(role), retries=0)
+    try:
+        producer.send(topic, key=b"run-forged", value=b'{"decision":"allow"}').get(timeout=30)
+    finally:
+        producer.close()
+
+
+def _read(broker, role: str, topic: str, group: str | None = None) -> None:
+    consumer = kafka_clients.consumer(
+        broker.bootstrap, security=broker.security(role), group_id=group, enable_auto_commit=False
+    )
+    try:
+        if group is None:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.subscribe([topic])
+        for _ in range(50):
+            consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
+
+
+def test_the_gateway_cannot_forge_verdicts_or_read_events(secure_broker) -> None:
+    """A forged verdict is refused with an authorization error, and so is
+    reading the events topic, with no group or with a group of its own
+    (from another gateway's position)."""
+    with pytest.raises(TopicAuthorizationFailedError, match=DECISIONS_TOPIC):
+        _send(secure_broker, "gateway", DECISIONS_TOPIC)
+    with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
+        _read(secure_broker, "gateway", EVENTS_TOPIC)
+    with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
+        _read(secure_broker, "gateway", EVENTS_TOPIC, group=f"{secure.GATEWAY_GROUP_PREFIX}other")
+
+
+def test_the_gateway_cannot_join_the_workers_group(secure_broker) -> None:
+    with pytest.raises(GroupAuthorizationFailedError):
+        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=secure.APP_ID)
+
+
+def test_the_worker_cannot_forge_events(secure_broker) -> None:
+    with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
+        _send(secure_broker, "worker", EVENTS_TOPIC)
+
+
+def test_the_acls_are_the_roles_and_nothing_else(secure_broker) -> None:
+    """What the broker enforces is exactly the set in streams/tools/secure.py."""
+    from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+    from kafka.admin import ResourcePatternFilter, ResourceType
+
+    admin = kafka_clients.admin(secure_broker.bootstrap, security=secure_broker.security("admin"))
+    try:
+        every = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+        acls, error = admin.describe_acls(ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY, every))
+    finally:
+        admin.close()
+    assert error.errno == 0
+    assert set(acls) == set(secure.role_acls())
+    assert {acl.principal for acl in acls} == {"User:gateway", "User:worker"}
+    assert all(acl.permission_type == ACLPermissionType.ALLOW and acl.host == "*" for acl in acls)
