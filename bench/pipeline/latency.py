@@ -37,12 +37,15 @@ OpenClaw plugin stamps it). Two more clocks split the wait into stages:
   side's own hop), ``out→seen`` (the verdict's append to the generator's poll);
 * the worker's own (``--trace-stages``, streams/worker/stages.py, wall clock
   in microseconds): ``publish→fetched`` (ts to the worker's consumer handing
-  the batch over), ``fetched→sent`` (to the producer accepting the verdict;
+  the batch to the processor on the event loop; split at the tool call's
+  append and at the moment Faust's consumer thread had it from aiokafka into
+  ``publish→in``, ``in→polled``, the fetch, and ``polled→fetched``, the hand-over
+  between the threads), ``fetched→sent`` (to the producer accepting the verdict;
   split into ``fetched→taken``, waiting for the processor, and
   ``taken→sent``), ``sent→acked`` (to the broker's acknowledgement reaching
   the worker's loop; split at the verdict's append into ``sent→out``,
   linger and request, and ``out→acked``, the response), ``acked→seen`` (to
-  the generator's poll). ``in→fetched`` is the worker's fetch path alone.
+  the generator's poll).
 
 Each stage is given as the median over rounds of its p50 and its p99, and,
 under ``tail``, the median over rounds of its median among the slowest 1 %
@@ -96,6 +99,7 @@ class Trace(NamedTuple):
     run_id: str
     seq: int
     ts: float | None
+    polled: float
     fetched: float
     taken: float
     sent: float
@@ -111,7 +115,8 @@ BROKER_STAGES: dict[str, Stage] = {
 }
 WORKER_STAGES: dict[str, Stage] = {
     "publish→fetched": lambda s, w: None if w is None else w.fetched - s.published,
-    "  in→fetched": lambda s, w: None if w is None else w.fetched - s.appended_in,
+    "  in→polled": lambda s, w: None if w is None else w.polled - s.appended_in,
+    "  polled→fetched": lambda s, w: None if w is None else w.fetched - w.polled,
     "fetched→sent": lambda s, w: None if w is None else w.sent - w.fetched,
     "  fetched→taken": lambda s, w: None if w is None else w.taken - w.fetched,
     "  taken→sent": lambda s, w: None if w is None else w.sent - w.taken,

@@ -66,8 +66,9 @@ class Processor:
         self._reported: dict[str, int] = {}
         self.states = RunStates(app, table, self.metrics)
         self.checkpoints = Checkpoints(self.states, self._ack, settings.flush_interval, self._finished)
-        self.pending: deque[tuple[float, list[Message]]] = deque()  # (when fed, batch), not taken yet
-        self.fed_at = 0.0  # when the batch being taken was fed
+        # (when the consumer thread had it, when it was fed, the batch), not taken yet
+        self.pending: deque[tuple[float, float, list[Message]]] = deque()
+        self.polled_at = self.fed_at = 0.0  # of the batch being taken
         # Stage clocks for the latency benchmark; None (the default) costs nothing per event.
         self.trace = StageTrace(settings.trace_stages) if settings.trace_stages else None
         self.in_flight = 0  # fed, not finished yet
@@ -77,9 +78,9 @@ class Processor:
 
     # -- intake ------------------------------------------------------------
 
-    def feed(self, messages: list[Message]) -> None:
+    def feed(self, messages: list[Message], polled_at: float) -> None:
         """A batch fetched by the consumer (already tracked for commits)."""
-        self.pending.append((time.time(), messages))
+        self.pending.append((polled_at, time.time(), messages))
         self.in_flight += len(messages)
         self._fed.set()
 
@@ -106,7 +107,7 @@ class Processor:
                     self._fed.clear()
                     await self._fed.wait()
                     continue
-                self.fed_at, batch = pending.popleft()
+                self.polled_at, self.fed_at, batch = pending.popleft()
                 for n, message in enumerate(batch, 1):
                     await self.take(message)
                     if len(checkpoints.open.messages) >= batch_size:
@@ -199,7 +200,7 @@ class Processor:
             if metrics.scraped:
                 metrics.verdict_sent(decoded.ts)
             if trace is not None:
-                trace.sent(decoded.run_id, decoded.seq, decoded.ts, self.fed_at, taken, sent)
+                trace.sent(decoded.run_id, decoded.seq, decoded.ts, self.polled_at, self.fed_at, taken, sent)
             if verdict.decision != "allow":
                 self._log_verdict(verdict)
         if outcome.armed:

@@ -7,12 +7,13 @@ its send, which the benchmark runs on every worker it compares alike.
 
 One JSON array per verdict, in the order acknowledgements arrive::
 
-    [run_id, seq, ts, fetched, taken, sent, acknowledged]
+    [run_id, seq, ts, polled, fetched, taken, sent, acknowledged]
 
 all wall-clock seconds (``time.time()``, the clock a gateway on the same
 machine stamps ``ts`` with): ``ts`` is the event's own (null when the
-gateway sets none); ``fetched`` when the consumer handed the event's batch
-to the processor; ``taken`` when the processor began the event; ``sent``
+gateway sets none); ``polled`` when Faust's consumer thread had the
+event's batch from aiokafka; ``fetched`` when the consumer handed it to the
+processor on the event loop; ``taken`` when the processor began the event; ``sent``
 when the producer accepted the verdict; ``acknowledged`` when the broker's
 acknowledgement of it reached the worker's event loop.
 """
@@ -39,14 +40,21 @@ class StageTrace:
         self._encode = msgspec.json.Encoder().encode
 
     def sent(
-        self, run_id: str, seq: int, ts: object, fetched: float, taken: float, future: asyncio.Future[Any]
+        self,
+        run_id: str,
+        seq: int,
+        ts: object,
+        polled: float,
+        fetched: float,
+        taken: float,
+        future: asyncio.Future[Any],
     ) -> None:
-        """A verdict of the event fetched at ``fetched`` and taken at ``taken`` was just sent."""
-        row: Row = [run_id, seq, ts if isinstance(ts, float) else None, fetched, taken, time.time(), None]
+        """A verdict of the event polled, fetched and taken at those times was just sent."""
+        row: Row = [run_id, seq, ts if isinstance(ts, float) else None, polled, fetched, taken, time.time(), None]
         done = self._done
 
         def acknowledged(_: asyncio.Future[Any]) -> None:
-            row[6] = time.time()
+            row[7] = time.time()
             done.append(row)
 
         future.add_done_callback(acknowledged)

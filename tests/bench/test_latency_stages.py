@@ -28,11 +28,12 @@ def test_broker_stages_add_up_and_the_tail_is_the_slowest_percent() -> None:
 
 def test_worker_stages_come_from_its_clocks_when_it_traced_the_calls() -> None:
     samples = [sample(i, 0.020) for i in range(10)]
-    traces = {("r", i): Trace("r", i, 100.0, 100.004, 100.005, 100.006, 100.016) for i in range(5)}
+    traces = {("r", i): Trace("r", i, 100.0, 100.0035, 100.004, 100.005, 100.006, 100.016) for i in range(5)}
     stages = breakdown(samples, traces)
     assert stages["publish→fetched"]["n"] == 5  # calls the worker did not trace are left out
     assert stages["publish→fetched"]["p50"] == pytest.approx(4.0)
-    assert stages["  in→fetched"]["p50"] == pytest.approx(3.0)
+    assert stages["  in→polled"]["p50"] + stages["  polled→fetched"]["p50"] == pytest.approx(3.0)
+    assert stages["  polled→fetched"]["p50"] == pytest.approx(0.5)
     assert stages["fetched→sent"]["p50"] == pytest.approx(2.0)
     assert stages["  fetched→taken"]["p50"] == pytest.approx(1.0)
     assert stages["sent→acked"]["p50"] == pytest.approx(10.0)

@@ -198,8 +198,8 @@ def test_verdicts_are_timed_from_the_events_ts_and_their_stages_traced(tmp_path:
     async def scenario() -> tuple[Processor, list[list[Any]]]:
         producer = FakeProducer()
         processor = make_processor(producer, SETTINGS.with_(web_port=6066, trace_stages=trace))
-        processor.feed([message(TIMED_CALL % (1, published)), message(CALL % 2, offset=1)])
-        processor.fed_at, batch = processor.pending.popleft()
+        processor.feed([message(TIMED_CALL % (1, published)), message(CALL % 2, offset=1)], time.time())
+        processor.polled_at, processor.fed_at, batch = processor.pending.popleft()
         for m in batch:
             await processor.take(m)
         checkpoint = processor.checkpoints.open
@@ -217,8 +217,8 @@ def test_verdicts_are_timed_from_the_events_ts_and_their_stages_traced(tmp_path:
     assert latency(processor, "count") == 1  # the call without ts is left out
     assert latency(processor, "sum") >= 0.02
     assert [(run_id, seq, ts) for run_id, seq, ts, *_ in rows] == [("r1", 1, published), ("r1", 2, None)]
-    for _run_id, _seq, _ts, fetched, taken, sent, acked in rows:
-        assert fetched <= taken <= sent <= acked
+    for _run_id, _seq, _ts, polled, fetched, taken, sent, acked in rows:
+        assert polled <= fetched <= taken <= sent <= acked
 
 
 def test_without_served_metrics_or_a_trace_nothing_is_timed() -> None:
