@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import faust
 import msgspec
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
-from rocksdict import WriteBatch
 
 from schemas.codec import decode_stored, encode_stored, touched_at
 from schemas.state import RunState, StoredRun
@@ -40,10 +39,8 @@ STORE_URL = "loopwarden://"
 #: messages over ~1 MB by default). Only pathological events (megabyte-long
 #: tool names or error texts) come near it.
 MAX_STATE_BYTES = 512 * 1024
-#: State writes between two chances for the rest of the worker to run: a
-#: fetched batch waits for the slice in progress to end before the processor
-#: gets it (bench/README.md, "Decision latency": 50 instead of 200 cut the tail).
-WRITES_PER_YIELD = 50
+#: State writes between two chances for the processor to take new events.
+WRITES_PER_YIELD = 200
 
 Slot = tuple[int, bytes]
 """(partition, run key): where a run's state lives."""
@@ -66,18 +63,8 @@ class RunStore(RocksDBStore):
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         return self._db_for_partition(partition).get(key)
 
-    def put_all_in(self, rows: Iterable[tuple[int, bytes, bytes]]) -> None:
-        """Write (partition, key, value) rows, one WriteBatch per partition:
-        about twice the rate of single puts, and less time holding the GIL
-        (bench/gil_rocksdict.py)."""
-        batches: dict[int, WriteBatch] = {}
-        for partition, key, value in rows:
-            batch = batches.get(partition)
-            if batch is None:
-                batch = batches[partition] = WriteBatch(raw_mode=True)
-            batch.put(key, value)
-        for partition, batch in batches.items():
-            self._db_for_partition(partition).write(batch)
+    def put_in(self, partition: int, key: bytes, value: bytes) -> None:
+        self._db_for_partition(partition).put(key, value)
 
     def delete_in(self, partition: int, key: bytes) -> None:
         self._db_for_partition(partition).delete(key)
@@ -200,13 +187,11 @@ class RunStates:
         """Write the checkpoint's snapshots; return the changelog sends' futures.
         Runs no later checkpoint took an event of leave the overlay: the table has them now."""
         written = []
-        snapshots = checkpoint.snapshots
-        for start in range(0, len(snapshots), WRITES_PER_YIELD):
-            rows = snapshots[start : start + WRITES_PER_YIELD]
-            self.store.put_all_in(rows)
-            for partition, key, data in rows:
-                written.append(await self._send_changelog(partition, key, data))
-            await asyncio.sleep(0)  # new events get their verdicts meanwhile
+        for n, (partition, key, data) in enumerate(checkpoint.snapshots, 1):
+            self.store.put_in(partition, key, data)
+            written.append(await self._send_changelog(partition, key, data))
+            if n % WRITES_PER_YIELD == 0:
+                await asyncio.sleep(0)  # new events get their verdicts meanwhile
         live = self.live
         for slot, touched in checkpoint.touched.items():
             entry = touched.run

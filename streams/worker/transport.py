@@ -15,10 +15,8 @@ differ from the driver it extends:
   one synchronous call. Messages of every other topic (the table changelogs
   read during recovery) go through Faust's own delivery, unchanged.
   Acknowledgement stays Faust's: the processor calls ``Consumer.ack`` for each
-  message once it is finished, Faust commits acknowledged offsets (on its
-  timer, and every ``broker_commit_every`` acknowledgements from a task beside
-  the fetch loop, where Faust's loop awaits the commit), and a rebalance waits
-  (``wait_empty``) until every tracked message is acknowledged.
+  message once it is finished, Faust commits acknowledged offsets, and a
+  rebalance waits (``wait_empty``) until every tracked message is acknowledged.
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
@@ -100,7 +98,6 @@ class Consumer(driver.Consumer):
 
     logger = faust_log
     acked_since_commit = 0
-    _committing: asyncio.Future[None] | None = None
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -172,19 +169,10 @@ class Consumer(driver.Consumer):
                     intake.feed(batch, self._thread.polled_at)
                 if commit_every is not None and self.acked_since_commit >= commit_every:
                     self.acked_since_commit = 0
-                    self._commit_beside()
+                    await self.commit()
         except (asyncio.CancelledError, *self.consumer_stopped_errors):
             if not self.transport.app.should_stop:
                 raise  # a rebalance restarts the fetcher; anything else is a crash
-
-    def _commit_beside(self) -> None:
-        """Commit beside the fetch loop, never in it: a commit flushes the
-        producer and waits for the broker, tens of milliseconds under load,
-        and the loop would fetch nothing meanwhile (bench/README.md, "Decision
-        latency"). One at a time; an error crashes the consumer, as it would
-        have from the loop."""
-        if self._committing is None or self._committing.done():
-            self._committing = self.add_future(self.commit())
 
 
 class Transport(driver.Transport):

@@ -1,4 +1,4 @@
-"""The processor taking events, with fakes for Faust's app, its producer and the runs table; state writes on real RocksDB."""
+"""The processor taking events, with fakes for Faust's app, its producer and the runs table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rocksdict import Options, Rdict
 
 import streams.worker.processor as processor_module
 from schemas.codec import BadEvent
@@ -19,7 +18,6 @@ from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from streams.worker.processor import Processor
 from streams.worker.settings import Settings, Topics
-from streams.worker.store import RunStore
 from schemas.codec import decode_stored, encode_stored
 
 SETTINGS = Settings(topics=Topics(events="ev", decisions="dec", deadletter="dl"))
@@ -232,16 +230,3 @@ def test_without_served_metrics_or_a_trace_nothing_is_timed() -> None:
     processor = asyncio.run(scenario())
     assert processor.trace is None
     assert latency(processor, "count") == 0
-
-
-def test_state_writes_reach_each_partitions_database_in_order(tmp_path: Path) -> None:
-    """One WriteBatch per partition (real RocksDB): every row lands in its
-    partition's database, and a later row for the same key wins."""
-    databases = {p: Rdict(str(tmp_path / f"p{p}"), Options(raw_mode=True)) for p in (0, 3)}
-    store = RunStore.__new__(RunStore)  # only the partition lookup of Faust's store is needed
-    store._db_for_partition = databases.__getitem__  # type: ignore[method-assign]
-    store.put_all_in([(0, b"a", b"1"), (3, b"b", b"2"), (0, b"c", b"3"), (0, b"a", b"4")])
-    assert dict(databases[0].items()) == {b"a": b"4", b"c": b"3"}
-    assert dict(databases[3].items()) == {b"b": b"2"}
-    for database in databases.values():
-        database.close()
