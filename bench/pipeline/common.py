@@ -83,6 +83,26 @@ def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> Non
     )
 
 
+def stamp_on_append(bootstrap: str, topics: Sequence[str]) -> None:
+    """Have the broker stamp each record of ``topics`` with its append time
+    (``message.timestamp.type=LogAppendTime``): a third clock between the
+    client that sends and the one that reads, shared by every side measured."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    from streams.worker.topics import admin_client
+
+    admin = admin_client(bootstrap)
+    try:
+        admin.alter_configs(
+            [
+                ConfigResource(ConfigResourceType.TOPIC, name, configs={"message.timestamp.type": "LogAppendTime"})
+                for name in topics
+            ]
+        )
+    finally:
+        admin.close()
+
+
 # -- traces ------------------------------------------------------------------
 
 

@@ -17,21 +17,12 @@ import asyncio
 import time
 
 from bench.pipeline import common as c
+from bench.pipeline.relay import start_clients
 
 
 async def raw_relay(bootstrap: str, source: str, destination: str, count: int) -> dict:
-    from aiokafka import TopicPartition
-
-    from streams import kafka_clients
-
-    consumer = kafka_clients.aio_consumer(
-        bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    producer = kafka_clients.aio_producer(bootstrap, acks="all", linger_ms=5)
-    await consumer.start()
-    await producer.start()
+    consumer, producer = await start_clients(bootstrap, source)
     try:
-        consumer.assign([TopicPartition(source, p) for p in range(c.partition_count(bootstrap, source))])
         cpu0, wall0 = time.process_time(), time.perf_counter()
         seen = 0
         pending = []

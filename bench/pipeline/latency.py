@@ -1,34 +1,75 @@
-"""Decision latency: a load generator that behaves like gateways, against one
-real ``loopwarden worker``.
+"""Decision latency: a load generator that behaves like gateways, against real
+``loopwarden worker`` processes and, in the same run, the bare aiokafka relay
+(bench/pipeline/relay.py), the two-hop floor; rounds interleaved.
 
-    python -m bench.pipeline.latency --rates 500,2000,5000 --duration 20 [--bootstrap HOST:PORT] \
-        [-- extra worker options]
+    python -m bench.pipeline.latency --rates 500,2000 --duration 20 --warmup 5 --repeat 3 \
+        [--bootstrap HOST:PORT] [--no-relay] [--variant 'LABEL=OPTIONS' ...] [-- options of every worker]
 
-Many runs in parallel (by default as many runs as calls per second, so each
-run makes about one call a second); a run publishes a ``tool_call``, waits
-for its verdict on the decision topic, publishes the ``tool_result`` and is
+Sides. ``relay`` forwards each tool call unchanged to its own decision topic
+(the generator reads run_id and seq from it as from a verdict); ``worker``
+is one worker with the defaults plus whatever follows ``--``; each
+``--variant LABEL=OPTIONS`` adds a worker with those options as well (words
+of the form NAME=VALUE set an environment variable of that worker instead).
+Every side has its own fresh topics and process, started before the first
+round and kept to the end. A round drives every side at every rate, one
+after the other; the order of the sides turns by one each round, so no side
+always runs after the same one. Summaries are medians over rounds, and the
+ratio to the relay is taken from the medians of the same run.
+
+Load. Many runs in parallel (by default as many runs as calls per second,
+so each run makes about one call a second); a run publishes a
+``tool_call``, waits for its verdict, publishes the ``tool_result`` and is
 then free for its next call. Calls are started on a fixed schedule (the
-offered rate); a call that is due while every run still waits for a verdict
-is counted as ``deferred`` and started as soon as a run is free, so a
-saturated worker shows as achieved < offered and as latency growing within
-the window. Latency = time from just before ``send()`` of the tool_call to
-the verdict record arriving at the generator's consumer (both in one
-process, one clock): the gateway's whole wait, producer and consumer
-included. ``to_worker_send`` splits it: from the gateway's send to the
-worker's send of the verdict (the verdict record's create time, set by the
-worker's producer; millisecond resolution, same machine clock). The first --warmup seconds of each rate are not counted. Rates run
-one after the other against the same worker, each with fresh run ids.
+offered rate); a call that is due while every run still waits is counted as
+``deferred`` and started as soon as a run is free, so a saturated side shows
+as achieved < offered. The first --warmup seconds of each drive are not
+counted.
+
+Clocks. Latency is the generator's ``perf_counter`` from just before the
+tool call's ``send()`` to the poll that returned its verdict: the gateway's
+whole wait. The tool call carries ``ts`` (``time.time()`` at publish, as the
+OpenClaw plugin stamps it). Two more clocks split the wait into stages:
+
+* the broker's: every topic of the run stamps records with their append time
+  (``LogAppendTime``; whole milliseconds, so each stage is within 1 ms):
+  ``publish→in`` (ts to the tool call's append, from the producer's
+  acknowledgement), ``in→out`` (the tool call's append to the verdict's: the
+  side's own hop), ``out→seen`` (the verdict's append to the generator's poll);
+* the worker's own (``--trace-stages``, streams/worker/stages.py, wall clock
+  in microseconds): ``publish→fetched`` (ts to the worker's consumer handing
+  the batch to the processor on the event loop; split at the tool call's
+  append and at the moment Faust's consumer thread had it from aiokafka into
+  ``publish→in``, ``in→polled``, the fetch, and ``polled→fetched``, the hand-over
+  between the threads), ``fetched→sent`` (to the producer accepting the verdict;
+  split into ``fetched→taken``, waiting for the processor, and
+  ``taken→sent``), ``sent→acked`` (to the broker's acknowledgement reaching
+  the worker's loop; split at the verdict's append into ``sent→out``,
+  linger and request, and ``out→acked``, the response), ``acked→seen`` (to
+  the generator's poll).
+
+Each stage is given as the median over rounds of its p50 and its p99, and,
+under ``tail``, the median over rounds of its median among the slowest 1 %
+of calls (latency at or above the p99): where the tail's time goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 
 from bench.pipeline import common as c
+
+RELAY = "relay"
+WORKER = "worker"
+CALL_PREFIX = '{"type":"tool_call"'
 
 
 class _Key(msgspec.Struct):
@@ -40,14 +81,92 @@ _key = msgspec.json.Decoder(_Key)
 _enc = msgspec.json.Encoder()
 
 
-def pct(values: list[float], q: float) -> float:
+class Sample(NamedTuple):
+    """One counted call: the generator's and the broker's clocks."""
+
+    run_id: str
+    seq: int
+    published: float  # time.time() = the event's ts
+    appended_in: float  # the tool call's LogAppendTime, seconds
+    appended_out: float  # the verdict's LogAppendTime, seconds
+    seen: float  # time.time() at the poll that returned the verdict
+    latency: float  # perf_counter seconds, send to poll
+
+
+class Trace(NamedTuple):
+    """One verdict's clocks in the worker (streams/worker/stages.py)."""
+
+    run_id: str
+    seq: int
+    ts: float | None
+    polled: float
+    fetched: float
+    taken: float
+    sent: float
+    acked: float
+
+
+Stage = Callable[[Sample, Trace | None], float | None]
+
+BROKER_STAGES: dict[str, Stage] = {
+    "publish→in": lambda s, w: s.appended_in - s.published,
+    "in→out": lambda s, w: s.appended_out - s.appended_in,
+    "out→seen": lambda s, w: s.seen - s.appended_out,
+}
+WORKER_STAGES: dict[str, Stage] = {
+    "publish→fetched": lambda s, w: None if w is None else w.fetched - s.published,
+    "  in→polled": lambda s, w: None if w is None else w.polled - s.appended_in,
+    "  polled→fetched": lambda s, w: None if w is None else w.fetched - w.polled,
+    "fetched→sent": lambda s, w: None if w is None else w.sent - w.fetched,
+    "  fetched→taken": lambda s, w: None if w is None else w.taken - w.fetched,
+    "  taken→sent": lambda s, w: None if w is None else w.sent - w.taken,
+    "sent→acked": lambda s, w: None if w is None else w.acked - w.sent,
+    "  sent→out": lambda s, w: None if w is None else s.appended_out - w.sent,
+    "  out→acked": lambda s, w: None if w is None else w.acked - s.appended_out,
+    "acked→seen": lambda s, w: None if w is None else s.seen - w.acked,
+}
+
+
+def pct(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: float, warmup: float, runs: int) -> dict:
+def breakdown(samples: Sequence[Sample], traces: dict[tuple[str, int], Trace]) -> dict[str, dict[str, float]]:
+    """Per stage, in ms: p50, p99, and the median among the calls whose
+    latency is at or above the p99 (``tail``). Worker stages only when
+    ``traces`` has the calls."""
+    cut = pct([s.latency for s in samples], 0.99)
+    stages = dict(BROKER_STAGES)
+    if any((s.run_id, s.seq) in traces for s in samples):
+        stages.update(WORKER_STAGES)
+    out = {}
+    for name, stage in stages.items():
+        values, tail = [], []
+        for s in samples:
+            v = stage(s, traces.get((s.run_id, s.seq)))
+            if v is None:
+                continue
+            values.append(v * 1000)
+            if s.latency >= cut:
+                tail.append(v * 1000)
+        out[name] = {"p50": pct(values, 0.5), "p99": pct(values, 0.99), "tail": pct(tail, 0.5), "n": len(values)}
+    return out
+
+
+def read_traces(path: Path) -> dict[tuple[str, int], Trace]:
+    if not path.exists():
+        return {}
+    decode = msgspec.json.Decoder(Trace).decode
+    rows = (decode(line) for line in path.read_bytes().splitlines() if line)
+    return {(t.run_id, t.seq): t for t in rows}
+
+
+async def drive(
+    bootstrap: str, topic_in: str, topic_out: str, rate: int, duration: float, warmup: float, runs: int
+) -> tuple[dict[str, Any], list[Sample]]:
     from aiokafka import TopicPartition
 
     from streams import kafka_clients
@@ -62,7 +181,6 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     )
     await producer.start()
     await consumer.start()
-    topic_in, topic_out = names["events"], names["decisions"]
     tps = [TopicPartition(topic_out, p) for p in range(c.partition_count(bootstrap, topic_out))]
     consumer.assign(tps)
     await consumer.seek_to_end(*tps)
@@ -72,12 +190,10 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     run_ids = [f"{tag}-{i:06d}" for i in range(runs)]
     seqs = [0] * runs
     idle: deque[int] = deque(range(runs))
-    pending: dict[tuple[str, int], tuple[float, int]] = {}
-    latencies: list[tuple[float, float]] = []  # (sent at, latency)
-    # Gateway send -> the worker's send of the verdict (the record's create
-    # time, set by the worker's producer; same machine, same wall clock).
-    inbound: list[float] = []
-    state = {"issued": 0, "deferred": 0, "answered": 0, "backlog": 0}
+    pending: dict[tuple[str, int], tuple[float, int, float]] = {}
+    appended: dict[tuple[str, int], float] = {}  # the tool call's broker append time
+    samples: list[Sample] = []
+    state = {"issued": 0, "deferred": 0, "answered": 0}
     start = time.perf_counter()
     stop_at = start + warmup + duration
 
@@ -85,6 +201,7 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
         seqs[i] += 1
         seq = seqs[i]
         run = run_ids[i]
+        now, wall = time.perf_counter(), time.time()
         event = {
             "type": "tool_call",
             "run_id": run,
@@ -92,10 +209,11 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
             "tool_call_id": f"c{seq}",
             "tool_name": "read",
             "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000},
+            "ts": wall,
         }
-        now = time.perf_counter()
-        pending[(run, seq)] = (now, i, time.time())
-        await producer.send(topic_in, _enc.encode(event), key=run.encode())
+        pending[(run, seq)] = (now, i, wall)
+        sent = await producer.send(topic_in, _enc.encode(event), key=run.encode())
+        sent.add_done_callback(lambda f, k=(run, seq): appended.__setitem__(k, f.result().timestamp / 1000))
 
     async def result(i: int, call_seq: int) -> None:
         seqs[i] += 1
@@ -130,18 +248,22 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     async def listener() -> None:
         while True:
             batch = await consumer.getmany(timeout_ms=100, max_records=5000)
-            now = time.perf_counter()
+            now, wall = time.perf_counter(), time.time()
             for records in batch.values():
                 for r in records:
                     k = _key.decode(r.value)
-                    hit = pending.pop((k.run_id, k.seq), None)
+                    key = (k.run_id, k.seq)
+                    hit = pending.pop(key, None)
                     if hit is None:
                         continue
-                    sent, i, sent_wall = hit
+                    sent, i, published = hit
                     state["answered"] += 1
                     if sent - start >= warmup:
-                        latencies.append((sent - start, now - sent))
-                        inbound.append(r.timestamp / 1000 - sent_wall)
+                        samples.append(
+                            Sample(
+                                k.run_id, k.seq, published, appended.get(key, 0.0), r.timestamp / 1000, wall, now - sent
+                            )
+                        )
                     await result(i, k.seq)
                     idle.append(i)
             if time.perf_counter() >= stop_at and (not pending or time.perf_counter() > stop_at + 15):
@@ -154,103 +276,163 @@ async def drive(bootstrap: str, names: dict[str, str], rate: int, duration: floa
     cpu = time.process_time() - cpu0
     await producer.stop()
     await consumer.stop()
-    lat = [x for _, x in latencies]
-    measured = [s for s, _ in latencies]
-    window = duration
-    halves = [
-        [x for s, x in latencies if s < warmup + window / 2],
-        [x for s, x in latencies if s >= warmup + window / 2],
-    ]
+    samples = [s._replace(appended_in=appended[(s.run_id, s.seq)]) for s in samples if (s.run_id, s.seq) in appended]
+    lat = [s.latency for s in samples]
     return {
         "offered_per_s": rate,
         "runs": runs,
-        "achieved_per_s": len(measured) / window,
+        "achieved_per_s": len(samples) / duration,
         "deferred": state["deferred"],
         "unanswered": len(pending),
         "p50_ms": pct(lat, 0.50) * 1000,
         "p95_ms": pct(lat, 0.95) * 1000,
         "p99_ms": pct(lat, 0.99) * 1000,
         "max_ms": (max(lat) if lat else float("nan")) * 1000,
-        "p50_first_half_ms": pct(halves[0], 0.5) * 1000,
-        "p50_second_half_ms": pct(halves[1], 0.5) * 1000,
-        "to_worker_send_p50_ms": pct(inbound, 0.50) * 1000,
-        "to_worker_send_p99_ms": pct(inbound, 0.99) * 1000,
         "generator_cpu_s": cpu,
-    }
+    }, samples
+
+
+@dataclass
+class Side:
+    """A relay or a worker, its topics and process, kept for the whole run."""
+
+    label: str
+    names: dict[str, str]
+    proc: c.Proc
+    trace: Path | None = None
+    samples: dict[tuple[int, int], list[Sample]] = field(default_factory=dict)  # (round, rate) -> samples
+
+
+def variant(text: str) -> tuple[str, list[str], dict[str, str]]:
+    """``LABEL=OPTIONS`` -> (label, worker options, environment)."""
+    label, sep, rest = text.partition("=")
+    if not sep or not label or label in (RELAY, WORKER):
+        raise SystemExit(f"--variant {text!r}: expected LABEL=OPTIONS, LABEL not {RELAY!r} or {WORKER!r}")
+    options, env = [], {}
+    for word in shlex.split(rest):
+        name, eq, value = word.partition("=")
+        if eq and name.isidentifier() and name.isupper():
+            env[name] = value
+        else:
+            options.append(word)
+    return label, options, env
+
+
+def start_sides(bootstrap: str, args: Any) -> list[Side]:
+    work = c.workdir("lat")
+    sides = []
+    if not args.no_relay:
+        names = c.topic_names("lat-relay")
+        argv = [c.PYTHON, "-m", "bench.pipeline.relay", "--bootstrap", bootstrap, "--source", names["events"]]
+        argv += ["--destination", names["decisions"], "--prefix", CALL_PREFIX]
+        sides.append(Side(RELAY, names, c.Proc(argv, work / "relay.log")))
+    for label, options, env in [(WORKER, [], {}), *map(variant, args.variant)]:
+        names = c.topic_names(f"lat-{label}")
+        trace = work / f"{label}-stages.jsonl"
+        proc = c.worker(bootstrap, names, work, label, args.partitions, [*args.worker_args, *options])
+        proc.argv += ["--trace-stages", str(trace)]
+        proc.env.update(env)
+        sides.append(Side(label, names, proc, trace))
+    for side in sides:
+        c.create_topics(bootstrap, side.names, args.partitions)
+        c.stamp_on_append(bootstrap, [side.names["events"], side.names["decisions"]])
+        side.proc.start()
+    for side in sides:
+        side.proc.wait_log("relay ready" if side.label == RELAY else "event=assigned", 180)
+    return sides
+
+
+def summarise(sides: list[Side], rows: list[dict[str, Any]], rates: list[int]) -> tuple[list[dict], list[dict]]:
+    medians, stages = [], []
+    for rate in rates:
+        relay = None
+        for side in sides:
+            mine = [r for r in rows if r["offered_per_s"] == rate and r["side"] == side.label]
+            row = {
+                "offered_per_s": rate,
+                "side": side.label,
+                **{k: c.median([r[k] for r in mine]) for k in ("achieved_per_s", "p50_ms", "p99_ms", "max_ms")},
+                "cpu_s": c.median([r["side_cpu_s"] for r in mine]),
+                "load1": c.median([r["load1"] for r in mine]),
+                "rounds": len(mine),
+            }
+            if side.label == RELAY:
+                relay = row
+            elif relay is not None:
+                row["p50_ratio"] = row["p50_ms"] / relay["p50_ms"]
+                row["p99_ratio"] = row["p99_ms"] / relay["p99_ms"]
+            medians.append(row)
+            per_round = [r["stages"] for r in mine]
+            for name in per_round[0] if per_round else ():
+                stages.append(
+                    {
+                        "offered_per_s": rate,
+                        "side": side.label,
+                        "stage": name,
+                        **{q: c.median([p[name][q] for p in per_round if name in p]) for q in ("p50", "p99", "tail")},
+                    }
+                )
+    return medians, stages
 
 
 def main() -> int:
     p = c.parser(__doc__)
-    p.add_argument("--rates", default="500,2000,5000", help="offered tool calls per second, comma-separated")
-    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per rate (default 20)")
-    p.add_argument("--warmup", type=float, default=5.0, help="uncounted seconds per rate (default 5)")
+    p.add_argument("--rates", default="500,2000", help="offered tool calls per second, comma-separated")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per drive (default 20)")
+    p.add_argument("--warmup", type=float, default=5.0, help="uncounted seconds per drive (default 5)")
     p.add_argument("--runs", type=int, default=0, help="parallel runs (default: max(200, rate))")
-    p.add_argument("worker_args", nargs="*", help="extra `loopwarden worker` options (after --)")
+    p.add_argument("--no-relay", action="store_true", help="no relay floor")
+    p.add_argument("--variant", action="append", default=[], help="LABEL=OPTIONS: one more worker (repeatable)")
+    p.add_argument("worker_args", nargs="*", help="extra `loopwarden worker` options of every worker (after --)")
     args = p.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
-    rows = []
+    rows: list[dict[str, Any]] = []
     with c.broker(args.bootstrap) as bootstrap:
-        for _ in range(args.repeat):
-            names = c.topic_names("lat")
-            c.create_topics(bootstrap, names, args.partitions)
-            work = c.workdir("lat")
-            w = c.worker(bootstrap, names, work, "w0", args.partitions, args.worker_args)
-            with w:
-                w.wait_log("event=assigned", 180)
+        sides = start_sides(bootstrap, args)
+        try:
+            for n in range(args.repeat):
                 for rate in rates:
-                    load = c.load_average()
-                    cpu0 = c.cpu_seconds(w.pid)
-                    row = asyncio.run(
-                        drive(bootstrap, names, rate, args.duration, args.warmup, args.runs or max(200, rate))
-                    )
-                    row["worker_cpu_s"] = c.cpu_seconds(w.pid) - cpu0
-                    row["load1"] = load
-                    rows.append(row)
-                    print(
-                        c.table(
-                            [row],
-                            [
-                                "offered_per_s",
-                                "achieved_per_s",
-                                "p50_ms",
-                                "p95_ms",
-                                "p99_ms",
-                                "max_ms",
-                                "to_worker_send_p50_ms",
-                                "to_worker_send_p99_ms",
-                                "deferred",
-                                "worker_cpu_s",
-                                "load1",
-                            ],
-                        ),
-                        flush=True,
-                    )
-    summary = []
-    for rate in rates:
-        mine = [r for r in rows if r["offered_per_s"] == rate]
-        summary.append(
-            {
-                "offered_per_s": rate,
-                **{
-                    k: c.median([r[k] for r in mine])
-                    for k in (
-                        "achieved_per_s",
-                        "p50_ms",
-                        "p95_ms",
-                        "p99_ms",
-                        "max_ms",
-                        "p50_first_half_ms",
-                        "p50_second_half_ms",
-                        "to_worker_send_p50_ms",
-                        "to_worker_send_p99_ms",
-                    )
-                },
-                "repeats": len(mine),
-            }
-        )
-    print("\nmedians:")
-    print(c.table(summary, list(summary[0])))
-    c.record("latency", args, {"runs": rows, "median": summary})
+                    order = sides[n % len(sides) :] + sides[: n % len(sides)]
+                    for side in order:
+                        load, cpu0 = c.load_average(), c.cpu_seconds(side.proc.pid)
+                        row, samples = asyncio.run(
+                            drive(
+                                bootstrap,
+                                side.names["events"],
+                                side.names["decisions"],
+                                rate,
+                                args.duration,
+                                args.warmup,
+                                args.runs or max(200, rate),
+                            )
+                        )
+                        row.update(round=n + 1, side=side.label, side_cpu_s=c.cpu_seconds(side.proc.pid) - cpu0)
+                        row["load1"] = load
+                        side.samples[(n, rate)] = samples
+                        rows.append(row)
+                        print(
+                            c.table(
+                                [row],
+                                ["round", "side", "offered_per_s", "achieved_per_s", "p50_ms", "p99_ms", "max_ms"]
+                                + ["deferred", "side_cpu_s", "load1"],
+                            ),
+                            flush=True,
+                        )
+        finally:
+            for side in sides:
+                side.proc.stop()  # a worker writes its last stage clocks as it stops
+    for side in sides:
+        traces = read_traces(side.trace) if side.trace else {}
+        for row in rows:
+            if row["side"] == side.label:
+                row["stages"] = breakdown(side.samples[(row["round"] - 1, row["offered_per_s"])], traces)
+    medians, stages = summarise(sides, rows, rates)
+    print("\nmedians over rounds (ratios: worker median / relay median, same run):")
+    columns = ["offered_per_s", "side", "achieved_per_s", "p50_ms", "p99_ms", "max_ms", "p50_ratio", "p99_ratio"]
+    print(c.table(medians, [*columns, "cpu_s", "load1", "rounds"]))
+    print("\nstages, ms (median over rounds of each stage's p50 and p99; tail: its median in the slowest 1 %):")
+    print(c.table(stages, ["offered_per_s", "side", "stage", "p50", "p99", "tail"]))
+    c.record("latency", args, {"runs": rows, "median": medians, "stages": stages})
     return 0
 
 

@@ -9,6 +9,7 @@ worker owns at that moment, so a revoked partition disappears from both.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -26,6 +27,29 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: flush, GC pause, rebalance) milliseconds.
 EVENT_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: Seconds from the gateway's publish to the worker's send of the verdict: a
+#: few milliseconds when healthy, tens under load, and up to the gateway's
+#: verdict timeout (2 s by default in the OpenClaw plugin) and beyond when not.
+VERDICT_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 #: Decisions the summary line counts on their own (allow is the healthy case).
 SUMMARY_DECISIONS = ("warn", "block", "abort")
@@ -178,6 +202,13 @@ class WorkerMetrics:
             buckets=BATCH_BUCKETS,
             registry=registry,
         )
+        self.verdict_latency = Histogram(
+            "loopwarden_verdict_latency_seconds",
+            "From the gateway's publish of an event (its `ts`, seconds since the epoch) to the worker's send of "
+            "its verdict; events without a numeric `ts`, or stamped later than the worker's clock, are left out.",
+            buckets=VERDICT_LATENCY_BUCKETS,
+            registry=registry,
+        )
         self._owned = _Owned(ownership or Ownership())
         registry.register(self._owned)
 
@@ -200,6 +231,13 @@ class WorkerMetrics:
 
     def processed(self, seconds: float) -> None:
         self.processing.observe(seconds)
+
+    def verdict_sent(self, ts: float | str | None) -> None:
+        """A verdict was sent for an event the gateway stamped ``ts``."""
+        if ts.__class__ is float:
+            age = time.time() - ts  # type: ignore[operator]
+            if age >= 0:
+                self.verdict_latency.observe(age)
 
     def batch(self, seconds: float | None = None) -> None:
         """One batch finished, in `seconds` when measured."""

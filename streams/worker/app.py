@@ -172,6 +172,8 @@ def create_app(
     @app.on_before_shutdown.connect
     async def _final_counts(sender: Any, **kwargs: Any) -> None:
         await processor.report(final=True)
+        if processor.trace is not None:
+            processor.trace.flush()
 
     @app.on_partitions_assigned.connect
     async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:

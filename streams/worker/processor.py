@@ -32,6 +32,7 @@ from streams.observability import logs
 from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, Checkpoints
 from streams.worker.settings import EXACTLY_ONCE, Settings
+from streams.worker.stages import StageTrace
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.worker")
@@ -65,7 +66,11 @@ class Processor:
         self._reported: dict[str, int] = {}
         self.states = RunStates(app, table, self.metrics)
         self.checkpoints = Checkpoints(self.states, self._ack, settings.flush_interval, self._finished)
-        self.pending: deque[list[Message]] = deque()  # fed, not taken yet
+        # (when the consumer thread had it, when it was fed, the batch), not taken yet
+        self.pending: deque[tuple[float, float, list[Message]]] = deque()
+        self.polled_at = self.fed_at = 0.0  # of the batch being taken
+        # Stage clocks for the latency benchmark; None (the default) costs nothing per event.
+        self.trace = StageTrace(settings.trace_stages) if settings.trace_stages else None
         self.in_flight = 0  # fed, not finished yet
         self._fed = asyncio.Event()
         self._drained = asyncio.Event()
@@ -73,9 +78,9 @@ class Processor:
 
     # -- intake ------------------------------------------------------------
 
-    def feed(self, messages: list[Message]) -> None:
+    def feed(self, messages: list[Message], polled_at: float) -> None:
         """A batch fetched by the consumer (already tracked for commits)."""
-        self.pending.append(messages)
+        self.pending.append((polled_at, time.time(), messages))
         self.in_flight += len(messages)
         self._fed.set()
 
@@ -102,7 +107,8 @@ class Processor:
                     self._fed.clear()
                     await self._fed.wait()
                     continue
-                for n, message in enumerate(pending.popleft(), 1):
+                self.polled_at, self.fed_at, batch = pending.popleft()
+                for n, message in enumerate(batch, 1):
                     await self.take(message)
                     if len(checkpoints.open.messages) >= batch_size:
                         checkpoints.close()
@@ -134,11 +140,16 @@ class Processor:
         metrics.batch(time.perf_counter() - checkpoint.started if metrics.scraped else None)
         self.in_flight -= len(checkpoint.messages)
         self._drained.set()
+        if self.trace is not None:
+            self.trace.flush()
 
     async def take(self, message: Message) -> None:
         """Decode, apply, send; the event joins the open checkpoint."""
         raw = message.value
         metrics = self.metrics
+        trace = self.trace
+        if trace is not None:
+            taken = time.time()
         if metrics.scraped:
             started = time.perf_counter()
             metrics.offset_seen(message.tp, message.offset)
@@ -184,9 +195,12 @@ class Processor:
             data = encode_verdict(verdict)
             if len(data) > MAX_VERDICT_BYTES:
                 data = self._shrunk(verdict, len(data))
-            checkpoint.sent.append(
-                await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
-            )
+            sent = await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
+            checkpoint.sent.append(sent)
+            if metrics.scraped:
+                metrics.verdict_sent(decoded.ts)
+            if trace is not None:
+                trace.sent(decoded.run_id, decoded.seq, decoded.ts, self.polled_at, self.fed_at, taken, sent)
             if verdict.decision != "allow":
                 self._log_verdict(verdict)
         if outcome.armed:

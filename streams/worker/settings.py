@@ -118,6 +118,7 @@ class Settings:
     stats_interval: float = 60.0
     create_topics: bool = True
     web_port: int | None = None
+    trace_stages: Path | None = None  # benchmark diagnostics: per-verdict stage clocks (streams/worker/stages.py)
     loglevel: str = "info"
     log_format: str = "logfmt"
     faust_loglevel: str = "warning"
@@ -286,6 +287,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
     )
     parser.add_argument(
+        "--trace-stages",
+        type=Path,
+        metavar="FILE",
+        help="diagnostics for benchmarks: append every verdict's stage clocks (fetched, taken, sent, acknowledged) "
+        "to FILE; costs CPU per verdict (default: off)",
+    )
+    parser.add_argument(
         "-l", "--loglevel", default=DEFAULTS.loglevel, help=f"debug, info, warning, error (default {DEFAULTS.loglevel})"
     )
     parser.add_argument(
@@ -332,6 +340,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         stats_interval=args.stats_interval,
         create_topics=not args.no_create_topics,
         web_port=args.web_port,
+        trace_stages=args.trace_stages,
         loglevel=args.loglevel,
         log_format=args.log_format,
         faust_loglevel=args.faust_loglevel,
@@ -408,4 +417,6 @@ def worker_argv(settings: Settings) -> list[str]:
         argv.append("--no-create-topics")
     if settings.web_port is not None:
         argv += ["--web-port", str(settings.web_port)]
+    if settings.trace_stages is not None:
+        argv += ["--trace-stages", str(settings.trace_stages)]
     return argv + settings.security.argv()

@@ -26,14 +26,17 @@ batched intake overrides ``Consumer._drain_messages``, the method Faust's
 ``Fetcher`` runs, and keeps its offset bookkeeping through the base class's
 ``_read_offset`` (the read positions Faust's own seeks reset) and
 ``_add_gap``; the consumer thread is chosen by ``_new_consumer_thread``, the
-factory the base class leaves to its drivers. Those are the only non-public
-members used; a Faust upgrade must re-check them.
+factory the base class leaves to its drivers, and tells when its last poll
+returned (for ``--trace-stages``) from ``_fetch_records``, the method it polls
+aiokafka with, read through the consumer's ``_thread``. Those are the only
+non-public members used; a Faust upgrade must re-check them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, cast
 
@@ -54,8 +57,9 @@ class Intake(Protocol):
 
     topic: str
 
-    def feed(self, messages: list[Message]) -> None:
-        """Take a batch of fetched messages (synchronous: no await in between)."""
+    def feed(self, messages: list[Message], polled_at: float) -> None:
+        """Take a batch of fetched messages (synchronous: no await in between);
+        ``polled_at``: when the consumer thread had them (``time.time()``)."""
 
     def room(self) -> Awaitable[None] | None:
         """None when more may be fed now, else an awaitable that waits for room."""
@@ -73,6 +77,13 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
     """
 
     logger = faust_log
+    #: When the last poll returned its records, on this thread (time.time()).
+    polled_at = 0.0
+
+    async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
+        records = await super()._fetch_records(*args, **kwargs)
+        self.polled_at = time.time()
+        return records
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = await super().seek_to_committed()
@@ -155,7 +166,7 @@ class Consumer(driver.Consumer):
                         await self.wait_first(deliver(message), suspended.wait())
                     read_offset[tp] = offset
                 if batch:
-                    intake.feed(batch)
+                    intake.feed(batch, self._thread.polled_at)
                 if commit_every is not None and self.acked_since_commit >= commit_every:
                     self.acked_since_commit = 0
                     await self.commit()

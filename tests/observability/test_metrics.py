@@ -4,11 +4,15 @@ active-runs figures limited to the partitions owned when scraped."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import faust
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.verdicts import Verdict
 from streams import kafka_clients
+import streams.observability.metrics as metrics_module
 from streams.engine import Outcome
 from streams.observability.metrics import CONTENT_TYPE, Ownership, TopicPartition, WorkerMetrics, install
 
@@ -178,3 +182,21 @@ def test_install_adds_the_page_to_a_faust_app():
     view = install(app, WorkerMetrics())
     assert view.view_path == "/metrics"
     assert CONTENT_TYPE.startswith("text/plain; version=0.0.4")
+
+
+def test_verdict_latency_is_observed_from_the_events_ts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_module, "time", SimpleNamespace(time=lambda: 1_000.0))
+    metrics = WorkerMetrics()
+    metrics.verdict_sent(1_000.0 - 0.012)  # published 12 ms before the send
+    metrics.verdict_sent(1_000.0 - 0.3)
+    for not_a_publish_time in (None, "2026-12-02T05:00:00Z", 1_000.5):  # none, a string, later than the worker's clock
+        metrics.verdict_sent(not_a_publish_time)
+    values = scrape(metrics)
+
+    def bucket(le: str) -> float:
+        return values[("loopwarden_verdict_latency_seconds_bucket", (("le", le),))]
+
+    assert values[("loopwarden_verdict_latency_seconds_count", ())] == 2
+    assert values[("loopwarden_verdict_latency_seconds_sum", ())] == pytest.approx(0.312)
+    assert (bucket("0.01"), bucket("0.015"), bucket("0.25"), bucket("0.5"), bucket("+Inf")) == (0, 1, 1, 2, 2)
+    assert "# TYPE loopwarden_verdict_latency_seconds histogram" in metrics.render().decode().splitlines()

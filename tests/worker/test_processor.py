@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,14 +49,14 @@ class FakeStore:
         return self.rows.get((partition, key))
 
 
-def make_processor(producer: FakeProducer) -> Processor:
+def make_processor(producer: FakeProducer, settings: Settings = SETTINGS) -> Processor:
     app = SimpleNamespace(
         producer=producer,
         consumer=SimpleNamespace(ack=lambda message: None),
         assignor=SimpleNamespace(assigned_actives=set),  # owns nothing: no lag to report
     )
     table = SimpleNamespace(data=FakeStore(), changelog_topic_name="runs-changelog")
-    return Processor(app, SETTINGS, FleetConfig(), table)  # type: ignore[arg-type]
+    return Processor(app, settings, FleetConfig(), table)  # type: ignore[arg-type]
 
 
 def message(value: bytes, key: bytes = b"r1", offset: int = 0) -> Any:
@@ -175,3 +178,55 @@ def test_every_refusal_carries_its_kind() -> None:
         "deadlettered.too_large",
         "deadlettered.unknown_type",
     ]
+
+
+TIMED_CALL = CALL[:-1] + b',"ts":%r}'
+
+
+def latency(processor: Processor, series: str) -> float:
+    (family,) = processor.metrics.verdict_latency.collect()
+    return next(s.value for s in family.samples if s.name == f"loopwarden_verdict_latency_seconds_{series}")
+
+
+def test_verdicts_are_timed_from_the_events_ts_and_their_stages_traced(tmp_path: Path) -> None:
+    """Served metrics time each verdict from the gateway's ``ts``; with
+    ``trace_stages`` each verdict's clocks reach the file once its send is
+    acknowledged and its checkpoint finishes."""
+    trace = tmp_path / "stages.jsonl"
+    published = time.time() - 0.02
+
+    async def scenario() -> tuple[Processor, list[list[Any]]]:
+        producer = FakeProducer()
+        processor = make_processor(producer, SETTINGS.with_(web_port=6066, trace_stages=trace))
+        processor.feed([message(TIMED_CALL % (1, published)), message(CALL % 2, offset=1)], time.time())
+        processor.polled_at, processor.fed_at, batch = processor.pending.popleft()
+        for m in batch:
+            await processor.take(m)
+        checkpoint = processor.checkpoints.open
+        processor.checkpoints.close()
+        processor._finished(checkpoint)
+        unacknowledged = trace.read_bytes()
+        for _topic, _value, future in producer.sent:
+            future.set_result(None)
+        await asyncio.sleep(0)  # the done callbacks
+        processor._finished(checkpoint)
+        assert unacknowledged == b""
+        return processor, [json.loads(line) for line in trace.read_bytes().splitlines()]
+
+    processor, rows = asyncio.run(scenario())
+    assert latency(processor, "count") == 1  # the call without ts is left out
+    assert latency(processor, "sum") >= 0.02
+    assert [(run_id, seq, ts) for run_id, seq, ts, *_ in rows] == [("r1", 1, published), ("r1", 2, None)]
+    for _run_id, _seq, _ts, polled, fetched, taken, sent, acked in rows:
+        assert polled <= fetched <= taken <= sent <= acked
+
+
+def test_without_served_metrics_or_a_trace_nothing_is_timed() -> None:
+    async def scenario() -> Processor:
+        processor = make_processor(FakeProducer())
+        await processor.take(message(TIMED_CALL % (1, time.time())))
+        return processor
+
+    processor = asyncio.run(scenario())
+    assert processor.trace is None
+    assert latency(processor, "count") == 0

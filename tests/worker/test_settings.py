@@ -74,6 +74,8 @@ def test_worker_argv_reproduces_every_setting() -> None:
         "1s",
         "--web-port",
         "7001",
+        "--trace-stages",
+        "/tmp/stages.jsonl",
     )
     again = parse(*worker_argv(settings))
     assert again == settings
