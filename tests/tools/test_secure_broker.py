@@ -146,7 +146,7 @@ def _read(broker, role: str, topic: str, group: str | None = None) -> None:
             consumer.seek_to_beginning(tp)
         else:
             consumer.subscribe([topic])
-        for _ in range(50):
+        for _ in range(150):  # a group join on a loaded machine can take seconds; a refusal ends it at once
             consumer.poll(timeout_ms=200)
     finally:
         consumer.close()
