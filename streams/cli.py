@@ -94,6 +94,8 @@ def _fleet(args: argparse.Namespace) -> int:
 
     try:
         settings = fleet_settings_from_args(args)
+    except SecurityError:
+        raise  # a ValueError as well; main names it as it does for every command
     except ValueError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 2

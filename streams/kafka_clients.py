@@ -148,6 +148,10 @@ class KafkaSecurity(msgspec.Struct, frozen=True, kw_only=True):
                 out += [setting.flag, str(value)]
         return out
 
+    def log_fields(self) -> dict[str, str]:
+        """How a start-up log line says who connects: the protocol and the SASL user."""
+        return {"security": self.protocol, "sasl_user": self.sasl_username or "-"}
+
     def env(self) -> dict[str, str]:
         """The `LOOPWARDEN_*` variables that give these settings (no password)."""
         return {

@@ -20,6 +20,7 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from schemas.codec import decode_incident
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
 from streams import kafka_clients
@@ -212,8 +213,17 @@ def names(prefix: str = "t") -> dict[str, str]:
     }
 
 
-def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequence[bytes | None] | None = None) -> None:
-    producer = kafka_clients.producer(bootstrap, acks="all", linger_ms=5, allow_auto_create_topics=False)
+def produce(
+    bootstrap: str,
+    topic: str,
+    lines: Sequence[bytes],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    security: Any = kafka_clients.PLAINTEXT,
+) -> None:
+    producer = kafka_clients.producer(
+        bootstrap, security=security, acks="all", linger_ms=5, allow_auto_create_topics=False
+    )
     try:
         for i, line in enumerate(lines):
             key = keys[i] if keys is not None else json.loads(line)["run_id"].encode()
@@ -223,11 +233,20 @@ def produce(bootstrap: str, topic: str, lines: Sequence[bytes], *, keys: Sequenc
         producer.close()
 
 
-def consume(bootstrap: str, topic: str, *, count: int, timeout: float, settle: float = 0.0) -> list[Any]:
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    count: int,
+    timeout: float,
+    settle: float = 0.0,
+    security: Any = kafka_clients.PLAINTEXT,
+) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
     consumer = kafka_clients.consumer(
         bootstrap,
+        security=security,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
@@ -278,6 +297,26 @@ def keyed(bootstrap: str, topic: str, key: bytes, *, security: Any = kafka_clien
 
 def values(records: Iterable[Any]) -> list[bytes]:
     return [r.value for r in records]
+
+
+def dedupe_key(data: bytes) -> tuple:
+    """What makes an incident record unique: one re-published after a restart has the same."""
+    incident = decode_incident(data)
+    return (incident.fingerprint, incident.window_start, incident.status, incident.runs)
+
+
+def incidents_until(
+    bootstrap: str, topic: str, wanted: set[tuple], timeout: float, *, security: Any = kafka_clients.PLAINTEXT
+) -> list[bytes]:
+    """The incident topic's records once every wanted (dedupe) key is there, a second more for stragglers."""
+    deadline = time.monotonic() + timeout
+    records: list[bytes] = []
+    while time.monotonic() < deadline:
+        found = consume(bootstrap, topic, count=len(wanted), timeout=5, settle=1, security=security)
+        records = [r.value for r in found]
+        if wanted <= {dedupe_key(r) for r in records}:
+            break
+    return records
 
 
 # -- workers -----------------------------------------------------------------
@@ -448,8 +487,10 @@ class FleetStage(Worker):
         *,
         partitions: int = 3,
         extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = env or {}
         self.log_path = workdir / f"{name}.log"
         self.data_dir = workdir / f"{name}-data"
         self.args = [

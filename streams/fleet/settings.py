@@ -10,6 +10,7 @@ from pathlib import Path
 
 from schemas.topics import DECISIONS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.incidents import IncidentSettings
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.worker.settings import (
     DATA_DIR_ENV,
     DEFAULT_PARTITIONS,
@@ -18,9 +19,12 @@ from streams.worker.settings import (
     format_duration,
     non_negative_int,
     positive_int,
+    security_from_args,
 )
 
 DEFAULTS = IncidentSettings()
+#: The stage's consumer group and table namespace unless --app-id says otherwise.
+FLEET_APP_ID = "loopwarden-fleet"
 
 
 def whole_seconds(text: str) -> int:
@@ -76,8 +80,9 @@ class FleetSettings:
     """Everything `loopwarden fleet` needs."""
 
     bootstrap: str
+    security: KafkaSecurity = PLAINTEXT
     incidents: IncidentSettings = field(default_factory=IncidentSettings)
-    app_id: str = "loopwarden-fleet"
+    app_id: str = FLEET_APP_ID
     decisions_topic: str = DECISIONS_TOPIC
     incidents_topic: str = INCIDENTS_TOPIC
     partitions: int = DEFAULT_PARTITIONS
@@ -113,7 +118,7 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_PARTITIONS}): the stage's unit of scale",
     )
     parser.add_argument(
-        "--app-id", default="loopwarden-fleet", help="consumer group and table namespace (default loopwarden-fleet)"
+        "--app-id", default=FLEET_APP_ID, help=f"consumer group and table namespace (default {FLEET_APP_ID})"
     )
     parser.add_argument(
         "--data-dir",
@@ -142,12 +147,14 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
 
 
 def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
+    """Raises ValueError for options that do not hold together, SecurityError for security settings."""
     data_dir = args.data_dir
     if data_dir is None:
         worker_dir = os.environ.get(DATA_DIR_ENV)
         data_dir = Path(worker_dir).parent / "fleet" if worker_dir else Path("data/fleet")
     return FleetSettings(
         bootstrap=default_bootstrap(args.bootstrap),
+        security=security_from_args(args),
         incidents=incident_settings_from_args(args),
         app_id=args.app_id,
         decisions_topic=args.decisions_topic,

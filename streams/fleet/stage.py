@@ -70,7 +70,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     the incident topic, and the sweep that forgets idle fingerprints."""
     app = faust.App(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap),
+        **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
         autodiscover=False,
         store=STORE_URL,
         datadir=str(settings.data_dir),
@@ -156,14 +156,22 @@ def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.worker.app import Worker
 
+    from streams.kafka_clients import ConnectionRefused, check_connection
     from streams.worker.topics import TopicError, describe_partitions, ensure, log_created
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
+    try:
+        check_connection(settings.bootstrap, settings.security)
+    except ConnectionRefused as exc:
+        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+        return 2
     # The topics exist before Faust subscribes: one created after the
     # subscription would be assigned only at the next metadata refresh.
     try:
         try:
-            found = describe_partitions(settings.bootstrap, [settings.decisions_topic])
+            found = describe_partitions(settings.bootstrap, [settings.decisions_topic], security=settings.security)
+        except TopicError:
+            raise
         except Exception as exc:
             raise TopicError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
         if settings.decisions_topic not in found:
@@ -172,7 +180,7 @@ def run_fleet(settings: FleetSettings) -> int:
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),
         ]
-        log_created(log, ensure(settings.bootstrap, own, settings.replication_factor))
+        log_created(log, ensure(settings.bootstrap, own, settings.replication_factor, security=settings.security))
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1
@@ -185,6 +193,7 @@ def run_fleet(settings: FleetSettings) -> int:
         event="starting",
         app_id=settings.app_id,
         bootstrap=settings.bootstrap,
+        **settings.security.log_fields(),
         decisions=settings.decisions_topic,
         incidents=settings.incidents_topic,
         partitions=settings.partitions,

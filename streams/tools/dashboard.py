@@ -30,6 +30,7 @@ from schemas.incidents import Incident
 from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
 from streams import kafka_clients
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.observability import logs
 
 log = logging.getLogger("loopwarden.dashboard")
@@ -124,6 +125,7 @@ class Source:
     events_topic: str
     start: str
     """earliest, latest, or a point `loopwarden audit --since` accepts (a time, or a duration ago)."""
+    security: KafkaSecurity = PLAINTEXT
 
 
 async def _seek(consumer: Any, tps: list[Any], start: str) -> None:
@@ -153,7 +155,9 @@ async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | N
     said = False
     while True:
         try:
-            partitions = await asyncio.to_thread(describe_partitions, source.bootstrap, [topic])
+            partitions = await asyncio.to_thread(
+                describe_partitions, source.bootstrap, [topic], security=source.security
+            )
             problem = None if partitions else "no such topic yet"
         except Exception as exc:  # the broker is down or unreachable: the page waits for it
             partitions, problem = {}, f"{type(exc).__name__}: {exc}"
@@ -164,7 +168,11 @@ async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | N
             said = True
         await asyncio.sleep(2.0)
     consumer = kafka_clients.aio_consumer(
-        source.bootstrap, group_id=None, enable_auto_commit=False, client_id="loopwarden-dashboard"
+        source.bootstrap,
+        security=source.security,
+        group_id=None,
+        enable_auto_commit=False,
+        client_id="loopwarden-dashboard",
     )
     await consumer.start()
     try:
@@ -234,6 +242,7 @@ def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, 
                 source.decisions_topic,
                 config,
                 policy,
+                source.security,
             )
         except AuditError as exc:  # no events topic, or the broker is unreachable
             return web.Response(status=503, text=f"cannot read run {run_id}: {exc}")
@@ -275,6 +284,7 @@ async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None,
         logging.INFO,
         f"dashboard on http://{host}:{port}/",
         event="serving",
+        **source.security.log_fields(),
         decisions=source.decisions_topic,
         incidents=source.incidents_topic,
         start=source.start,
@@ -289,14 +299,13 @@ def main(args: Any) -> int:
     """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_config_for_cli
     from schemas.policyfile import load_policy
-    from streams.worker.settings import default_bootstrap
+    from streams.worker.settings import connection_from_args
 
     logs.setup("info", "logfmt")
     config = load_config_for_cli(args.config, sys.stderr)
     policy = load_policy(args.policy)
-    source = Source(
-        default_bootstrap(args.bootstrap), args.decisions_topic, args.incidents_topic, args.events_topic, args.start
-    )
+    bootstrap, security = connection_from_args(args)
+    source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     try:
         asyncio.run(serve(source, config, policy, args.host, args.port))
     except CannotListen as exc:

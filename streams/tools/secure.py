@@ -7,8 +7,8 @@ one client listener speaks SASL_SSL with SCRAM-SHA-512 and nothing else; the
 controller listener speaks SASL_SSL with PLAIN, for the broker itself only.
 The `admin` user is the broker's own identity and the one super user: it
 creates the topics and the ACLs. Its env file is for an operator's tools on
-this machine (`audit` and `explain` read both topics, which neither role may);
-a gateway or a worker is never given it.
+this machine (`audit`, `explain` and `dashboard` read the events topic, which
+neither role may); a gateway or a worker is never given it.
 
 Roles (principals `User:gateway`, `User:worker`), and nothing else:
 
@@ -18,7 +18,11 @@ Roles (principals `User:gateway`, `User:worker`), and nothing else:
   (and read and write `WORKER_TOPICS`); own every topic and transactional id
   starting with its app id and `-` (Faust's changelog and repartition
   topics, and its transactions under exactly_once); use its consumer group,
-  which is the app id.
+  which is the app id. The fleet stage (`loopwarden fleet`) runs as the
+  worker too: it reads the decisions topic with the group `FLEET_APP_ID`,
+  its own topics start with `loopwarden-` as well, and it writes the
+  incident topic, which the set-up creates with the others so that no role
+  needs Create on a topic other clients read.
 
 What a client needs lands in `DATA_DIR/secrets/`: `ca.pem`, one
 `USER.password` and one `USER.env` (every `LOOPWARDEN_*` setting, bootstrap
@@ -36,7 +40,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+from streams.fleet.settings import FLEET_APP_ID
 from streams.kafka_clients import KafkaSecurity
 
 SECRETS_DIR = "secrets"
@@ -51,7 +56,7 @@ APP_ID = "loopwarden"
 #: Consumer groups a gateway may use: its own, one per process.
 GATEWAY_GROUP_PREFIX = "loopwarden-gateway-"
 #: Topics of later stages that the worker reads and writes besides its own three.
-WORKER_TOPICS: tuple[str, ...] = ("loopwarden.incidents",)
+WORKER_TOPICS: tuple[str, ...] = (INCIDENTS_TOPIC,)
 
 _BROKER_KEYSTORE = "broker.pem"  # the broker's PKCS#8 key, then its certificate
 _DAYS = "3650"
@@ -214,6 +219,7 @@ def role_acls() -> list[object]:
         (GATEWAY, ResourceType.GROUP, GATEWAY_GROUP_PREFIX, prefixed, op.READ),
         (WORKER, ResourceType.TOPIC, EVENTS_TOPIC, literal, op.READ),
         (WORKER, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.WRITE),
+        (WORKER, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.READ),  # the fleet stage's input
         (WORKER, ResourceType.TOPIC, DEADLETTER_TOPIC, literal, op.WRITE),
         *(
             (WORKER, ResourceType.TOPIC, topic, literal, action)
@@ -222,6 +228,7 @@ def role_acls() -> list[object]:
         ),
         (WORKER, ResourceType.TOPIC, f"{APP_ID}-", prefixed, op.ALL),
         (WORKER, ResourceType.GROUP, APP_ID, literal, op.READ),
+        (WORKER, ResourceType.GROUP, FLEET_APP_ID, literal, op.READ),
         (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.WRITE),
         (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.DESCRIBE),
     ]
@@ -232,8 +239,8 @@ def role_acls() -> list[object]:
 
 
 def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
-    """As the super user: add the roles' ACLs and create the project's topics
-    (both idempotent, so every start adds what is missing), then write the
+    """As the super user: add the roles' ACLs and create the project's topics,
+    the incident topic among them (both idempotent, so every start adds what is missing), then write the
     env files. Returns once the broker enforces the ACLs: they reach its
     authorizer through the metadata log, a moment after they are accepted."""
     from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
@@ -241,7 +248,8 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
 
     from streams import kafka_clients
     from streams.worker.settings import Topics
-    from streams.worker.topics import TopicError, ensure_topics
+    from streams.worker.settings import DEFAULT_PARTITIONS
+    from streams.worker.topics import TopicError, ensure, ensure_topics
 
     admin_security = role_security(data_dir, ADMIN)
     wanted = role_acls()
@@ -266,6 +274,7 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
         admin.close()
     try:
         ensure_topics(bootstrap, Topics(), security=admin_security)
+        ensure(bootstrap, [(INCIDENTS_TOPIC, DEFAULT_PARTITIONS, {})], 1, security=admin_security)
     except TopicError as exc:
         raise SecureSetupError(str(exc)) from None
     write_env_files(data_dir, bootstrap)

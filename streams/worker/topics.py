@@ -20,6 +20,7 @@ from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
 
+TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ALREADY_EXISTS = 36
 
 #: Per-topic configs. The dead-letter topic keeps refused events longer, so an
@@ -54,10 +55,14 @@ def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity 
 
 
 def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
-    """Partition counts of the topics that exist (missing ones are left out)."""
+    """Partition counts of the topics that exist (missing ones are left out);
+    TopicError for a topic the principal may not describe, which the broker
+    reports whether it exists or not."""
     wanted = list(names)
     found: dict[str, int] = {}
     for topic in admin.describe_topics(wanted):
+        if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
+            raise TopicError(f"not authorized to describe topic {topic['name']}: the ACLs of this user do not allow it")
         if topic.get("error_code", 0) == 0 and topic.get("partitions"):
             found[topic["name"]] = len(topic["partitions"])
     return found

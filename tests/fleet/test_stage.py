@@ -4,13 +4,12 @@ worker: it publishes exactly what `loopwarden incidents` prints, across a restar
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from builders import run_cli
-from helpers import FleetStage, Worker, consume, names, produce
+from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, produce
 from schemas.codec import decode_incident, decode_verdict, encode_verdict
 from schemas.verdicts import Verdict
 from streams.fleet.incidents import fingerprint
@@ -22,22 +21,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "fleet-trace.jsonl"
 CONFIG = ROOT / "examples" / "loopwarden.json5"
-
-
-def dedupe_key(data: bytes) -> tuple:
-    incident = decode_incident(data)
-    return (incident.fingerprint, incident.window_start, incident.status, incident.runs)
-
-
-def incidents_until(bootstrap: str, topic: str, wanted: set[tuple], timeout: float) -> list[bytes]:
-    """The incident topic's records once every wanted (dedupe) key is there, a second more for stragglers."""
-    deadline = time.monotonic() + timeout
-    records: list[bytes] = []
-    while time.monotonic() < deadline:
-        records = [r.value for r in consume(bootstrap, topic, count=len(wanted), timeout=5, settle=1)]
-        if wanted <= {dedupe_key(r) for r in records}:
-            break
-    return records
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])

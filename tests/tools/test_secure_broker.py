@@ -14,7 +14,8 @@ from kafka import TopicPartition
 from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from helpers import LOOPWARDEN, REPO, env_file
-from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+from streams.fleet.settings import FLEET_APP_ID
 from streams import kafka_clients
 from streams.kafka_clients import ConnectionRefused, KafkaSecurity, check_connection
 from streams.tools import secure
@@ -145,7 +146,7 @@ def _read(broker, role: str, topic: str, group: str | None = None) -> None:
             consumer.seek_to_beginning(tp)
         else:
             consumer.subscribe([topic])
-        for _ in range(50):
+        for _ in range(150):  # a group join on a loaded machine can take seconds; a refusal ends it at once
             consumer.poll(timeout_ms=200)
     finally:
         consumer.close()
@@ -166,6 +167,18 @@ def test_the_gateway_cannot_forge_verdicts_or_read_events(secure_broker) -> None
 def test_the_gateway_cannot_join_the_workers_group(secure_broker) -> None:
     with pytest.raises(GroupAuthorizationFailedError):
         _read(secure_broker, "gateway", DECISIONS_TOPIC, group=secure.APP_ID)
+
+
+def test_the_gateway_cannot_read_incidents_or_join_the_fleet_stages_group(secure_broker) -> None:
+    """A topic the gateway may not even describe: its offsets are refused."""
+    consumer = kafka_clients.consumer(secure_broker.bootstrap, security=secure_broker.security("gateway"))
+    try:
+        with pytest.raises(TopicAuthorizationFailedError, match=INCIDENTS_TOPIC):
+            consumer.beginning_offsets([TopicPartition(INCIDENTS_TOPIC, 0)])
+    finally:
+        consumer.close()
+    with pytest.raises(GroupAuthorizationFailedError):
+        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=FLEET_APP_ID)
 
 
 def test_the_worker_cannot_forge_events(secure_broker) -> None:
