@@ -379,6 +379,16 @@ def _policy_state(s: Step) -> str:
     return text
 
 
+def _result_text(s: Step) -> str:
+    """A step's result column: short hash, outcome, the missing tool it names."""
+    result = short(s.result_hash) if s.type == "tool_result" and s.outcome != "veto" else ""
+    if s.outcome:
+        result = f"{result} {s.outcome}".strip()
+    if s.unknown_tool:
+        result += f" ?{s.unknown_tool}"
+    return result
+
+
 def format_timeline(
     steps: list[Step], run_id: str, refused: list[str], *, width: int = 100, show_published: bool = False
 ) -> str:
@@ -397,24 +407,28 @@ def format_timeline(
         "  across args variants, =veto: vetoes alone), unk = unknown-tool streak, pp = ping-pong count (<>paired",
         "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
         "  (Nv: N of them veto records); results: veto, fail = terminal exec failure, np = unchanged write",
-        "",
-        f"{'seq':>{seq_width}}  {'event':<11} {'tool':<16} {'args':<8} {'result':<12} {'measures':<40} {'guard':<10} verdict",
     ]
     wrap = textwrap.TextWrapper(width=width, initial_indent=" " * 13, subsequent_indent=" " * 13)
-    for s in steps:
+    # Long results and measures (a missing tool's name, a long streak) widen
+    # their column rather than push the verdict out of line.
+    results = [_result_text(s) for s in steps]
+    measures = [_measures_text(s.measures) for s in steps]
+    result_width = max(12, *map(len, results))
+    measures_width = max(40, *map(len, measures))
+    lines += [
+        "",
+        f"{'seq':>{seq_width}}  {'event':<11} {'tool':<16} {'args':<8} {'result':<{result_width}}"
+        f" {'measures':<{measures_width}} {'guard':<10} verdict",
+    ]
+    for s, result, measured in zip(steps, results, measures, strict=True):
         tool = (s.tool or "")[:16]
-        result = short(s.result_hash) if s.type == "tool_result" and s.outcome != "veto" else ""
-        if s.outcome:
-            result = f"{result} {s.outcome}".strip()
-        if s.unknown_tool:
-            result += f" ?{s.unknown_tool}"
         args = short(s.args_hash) if s.args_hash else ""
-        measures = _measures_text(s.measures)
         verdict = _verdict_text(s.verdict)
         if s.kind:
             tool = f"{tool[: 15 - len(s.kind)]}[{s.kind}]" if len(tool) + len(s.kind) + 2 > 16 else f"{tool}[{s.kind}]"
         lines.append(
-            f"{s.seq:>{seq_width}}  {s.type:<11} {tool:<16} {args:<8} {result:<12} {measures:<40} {s.guard:<10} {verdict}".rstrip()
+            f"{s.seq:>{seq_width}}  {s.type:<11} {tool:<16} {args:<8} {result:<{result_width}}"
+            f" {measured:<{measures_width}} {s.guard:<10} {verdict}".rstrip()
         )
         if s.note:
             lines.append(" " * 13 + s.note)
