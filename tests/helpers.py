@@ -372,10 +372,7 @@ class Worker:
         extra: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> None:
-        self.name = name
-        self.env = env or {}
-        self.log_path = workdir / f"{name}.log"
-        self.data_dir = workdir / f"{name}-data"
+        self._place(workdir, name, env)
         self.args = worker_command(
             bootstrap,
             topics,
@@ -397,6 +394,13 @@ class Worker:
                 *extra,
             ],
         )
+
+    def _place(self, workdir: Path, name: str, env: dict[str, str] | None) -> None:
+        """Name, log, data dir and extra environment (the same `name` again resumes them)."""
+        self.name = name
+        self.env = env or {}
+        self.log_path = workdir / f"{name}.log"
+        self.data_dir = workdir / f"{name}-data"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
 
@@ -489,10 +493,7 @@ class FleetStage(Worker):
         extra: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> None:
-        self.name = name
-        self.env = env or {}
-        self.log_path = workdir / f"{name}.log"
-        self.data_dir = workdir / f"{name}-data"
+        self._place(workdir, name, env)
         self.args = [
             *LOOPWARDEN,
             "fleet",
@@ -514,8 +515,6 @@ class FleetStage(Worker):
             "6s",
             *extra,
         ]
-        self.proc = None
-        self._log = None
 
 
 _PAIR = re.compile(r'(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S*)')

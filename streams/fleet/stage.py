@@ -154,16 +154,11 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
 
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
-    from streams.worker.app import Worker
-
-    from streams.kafka_clients import ConnectionRefused, check_connection
+    from streams.worker.app import Worker, connection_accepted
     from streams.worker.topics import TopicError, describe_partitions, ensure, log_created
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
-    try:
-        check_connection(settings.bootstrap, settings.security)
-    except ConnectionRefused as exc:
-        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+    if not connection_accepted(log, settings.bootstrap, settings.security):
         return 2
     # The topics exist before Faust subscribes: one created after the
     # subscription would be assigned only at the next metadata refresh.

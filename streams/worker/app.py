@@ -252,6 +252,17 @@ class Worker(FaustWorker):
             )
 
 
+def connection_accepted(logger: logging.Logger, bootstrap: str, security: kafka_clients.KafkaSecurity) -> bool:
+    """Whether the brokers accept this connection; if not, one `startup_failed`
+    line naming what they refused (TLS, SASL, a plaintext client on TLS)."""
+    try:
+        kafka_clients.check_connection(bootstrap, security)
+    except kafka_clients.ConnectionRefused as exc:
+        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
+        return False
+    return True
+
+
 def run_worker(settings: Settings) -> int:
     """``loopwarden worker``: load config, make topics, run until stopped.
 
@@ -260,7 +271,6 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import load_config
     from schemas.policyfile import load_policy
-    from streams.kafka_clients import ConnectionRefused, check_connection
     from streams.worker.topics import TopicError, describe_partitions, ensure_topics, log_created
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
@@ -268,10 +278,7 @@ def run_worker(settings: Settings) -> int:
     policy = load_policy(settings.policy_path)
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
-    try:
-        check_connection(settings.bootstrap, settings.security)
-    except ConnectionRefused as exc:
-        logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+    if not connection_accepted(log, settings.bootstrap, settings.security):
         return 2
     try:
         if settings.create_topics:
