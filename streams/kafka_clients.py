@@ -387,6 +387,30 @@ def check_connection(bootstrap: str, security: KafkaSecurity = PLAINTEXT, timeou
         loop.close()
 
 
+def check_group(bootstrap: str, security: KafkaSecurity, group: str, timeout: float = 10.0) -> None:
+    """Raise `ConnectionRefused` when the brokers refuse this user the
+    consumer group `group`. Without this, a consumer refused its group
+    retries quietly and a worker or stage starts and processes nothing. Only
+    an authenticated user is checked (ACLs name users); any other answer,
+    such as a coordinator not ready yet, is left to the consumer's retries."""
+    if security.protocol == "PLAINTEXT":
+        return
+    from kafka.errors import GroupAuthorizationFailedError, KafkaError
+
+    client = admin(bootstrap, security=security, request_timeout_ms=int(timeout * 1000))
+    try:
+        client.describe_groups([group])
+    except GroupAuthorizationFailedError:
+        user = f"user {security.sasl_username}" if security.sasl_username else "this client"
+        raise ConnectionRefused(
+            f"not authorized to use consumer group {group}: the ACLs of {user} do not allow it"
+        ) from None
+    except KafkaError:
+        pass
+    finally:
+        client.close()
+
+
 async def _probe(bootstrap: str, security: KafkaSecurity, timeout: float) -> None:
     from aiokafka.conn import create_conn
     from aiokafka.errors import KafkaConnectionError, KafkaError

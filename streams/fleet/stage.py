@@ -179,6 +179,8 @@ def run_fleet(settings: FleetSettings) -> int:
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1
+    if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
+        return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_fleet_app(settings)
     logs.event(

@@ -252,11 +252,17 @@ class Worker(FaustWorker):
             )
 
 
-def connection_accepted(logger: logging.Logger, bootstrap: str, security: kafka_clients.KafkaSecurity) -> bool:
-    """Whether the brokers accept this connection; if not, one `startup_failed`
-    line naming what they refused (TLS, SASL, a plaintext client on TLS)."""
+def connection_accepted(
+    logger: logging.Logger, bootstrap: str, security: kafka_clients.KafkaSecurity, group: str | None = None
+) -> bool:
+    """Whether the brokers accept this connection, and this user in consumer
+    group `group` when one is given; if not, one `startup_failed` line naming
+    what they refused (TLS, SASL, a plaintext client on TLS, the group)."""
     try:
-        kafka_clients.check_connection(bootstrap, security)
+        if group is None:
+            kafka_clients.check_connection(bootstrap, security)
+        else:
+            kafka_clients.check_group(bootstrap, security, group)
     except kafka_clients.ConnectionRefused as exc:
         logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
         return False
@@ -293,6 +299,8 @@ def run_worker(settings: Settings) -> int:
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1
+    if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
+        return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(

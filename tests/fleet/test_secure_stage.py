@@ -121,6 +121,21 @@ def test_a_stage_as_the_gateway_stops_naming_the_topic_it_may_not_describe(secur
     assert stage.lines("starting") == []
 
 
+def test_a_stage_refused_its_group_stops_naming_it(secure_broker, tmp_path: Path) -> None:
+    """The worker role may use the group `loopwarden-fleet` only: under
+    another app id the stage stops at start-up naming the group, instead of
+    running and publishing nothing."""
+    with FleetStage(
+        secure_broker.bootstrap, DEFAULT_NAMES, tmp_path, "not-granted", env=_env(secure_broker, "worker")
+    ) as stage:
+        assert stage.proc is not None and stage.proc.wait(60) == 2
+    (failed,) = stage.lines("startup_failed")
+    assert failed["msg"] == (
+        f"not authorized to use consumer group {secure.APP_ID}-not-granted: the ACLs of user worker do not allow it"
+    )
+    assert stage.lines("starting") == [] and not stage.data_dir.exists()
+
+
 @pytest.mark.parametrize("command", ["fleet", "dashboard"])
 def test_a_plaintext_client_of_the_tls_listener_is_refused_at_start_up(secure_broker, tmp_path, command) -> None:
     """Named before anything else is made: no topic, no data dir, no page."""

@@ -144,3 +144,17 @@ def _audit(env: Path, config: Path) -> subprocess.CompletedProcess[str]:
 def _wire(verdict: ClientVerdict) -> Verdict:
     """A client verdict's wire part (without the client's fallback fields)."""
     return Verdict(**{name: getattr(verdict, name) for name in Verdict.__struct_fields__})
+
+
+def test_a_worker_refused_its_group_stops_naming_it(secure_broker, tmp_path: Path) -> None:
+    """A consumer refused its group only retries, quietly: the worker checks
+    its group at start-up and stops, naming it, before it stores anything."""
+    names = {**DEFAULT_NAMES, "app_id": "loopwarden-not-granted"}
+    env = env_file(secure_broker.data_dir / "secrets" / "worker.env")
+    with Worker(secure_broker.bootstrap, names, tmp_path, "refused", config=None, env=env) as worker:
+        assert worker.proc is not None and worker.proc.wait(60) == 2
+    (failed,) = worker.lines("startup_failed")
+    assert failed["msg"] == (
+        "not authorized to use consumer group loopwarden-not-granted: the ACLs of user worker do not allow it"
+    )
+    assert worker.lines("starting") == [] and not worker.data_dir.exists()
