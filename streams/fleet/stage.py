@@ -31,7 +31,8 @@ from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import WorkerMetrics
-from streams.worker.store import STORE_URL, RunStates
+from streams.worker.app import APP_DEFAULTS
+from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -71,18 +72,13 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     app = faust.App(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
-        autodiscover=False,
-        store=STORE_URL,
+        **APP_DEFAULTS,
         datadir=str(settings.data_dir),
-        key_serializer="raw",
-        value_serializer="raw",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
-        topic_disable_leader=True,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        consumer_auto_offset_reset="earliest",
         web_enabled=False,
     )
     decisions = app.topic(settings.decisions_topic, key_type=bytes, value_type=bytes)

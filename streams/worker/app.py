@@ -97,6 +97,21 @@ def settle_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+#: What every loopwarden Faust app shares (the worker and the fleet stage):
+#: values stay the bytes of schemas/ (its codec decodes them), tables live in
+#: loopwarden's RocksDB store, no leader topic (nothing uses Faust's leader
+#: election), and a new group starts from the earliest offsets, so nothing
+#: published before the first start is skipped.
+APP_DEFAULTS: dict[str, Any] = {
+    "autodiscover": False,
+    "store": STORE_URL,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+    "topic_disable_leader": True,
+    "consumer_auto_offset_reset": "earliest",
+}
+
+
 def create_app(
     settings: Settings, config: FleetConfig, events_partitions: int, policy: FleetPolicy | None = None
 ) -> tuple[WorkerApp, Processor]:
@@ -104,21 +119,16 @@ def create_app(
     app = WorkerApp(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
-        autodiscover=False,
-        store=STORE_URL,
+        **APP_DEFAULTS,
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
-        key_serializer="raw",
-        value_serializer="raw",
         topic_partitions=events_partitions,
         topic_replication_factor=settings.topics.replication_factor,
-        topic_disable_leader=True,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
         broker_commit_interval=settings.commit_interval,
         stream_recovery_delay=settings.recovery_delay,
-        consumer_auto_offset_reset="earliest",
         producer_linger_ms=settings.linger_ms,
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
