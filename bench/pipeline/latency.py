@@ -38,9 +38,9 @@ OpenClaw plugin stamps it). Two more clocks split the wait into stages:
 * the worker's own (``--trace-stages``, streams/worker/stages.py, wall clock
   in microseconds): ``publish→fetched`` (ts to the worker's consumer handing
   the batch to the processor on the event loop; split at the tool call's
-  append and at the moment Faust's consumer thread had it from aiokafka into
-  ``publish→in``, ``in→polled``, the fetch, and ``polled→fetched``, the hand-over
-  between the threads), ``fetched→sent`` (to the producer accepting the verdict;
+  append and at the moment the worker's poll of aiokafka returned it into
+  ``publish→in``, ``in→polled``, the fetch, and ``polled→fetched``, Faust's
+  per-record bookkeeping before the batch is handed over), ``fetched→sent`` (to the producer accepting the verdict;
   split into ``fetched→taken``, waiting for the processor, and
   ``taken→sent``), ``sent→acked`` (to the broker's acknowledgement reaching
   the worker's loop; split at the verdict's append into ``sent→out``,

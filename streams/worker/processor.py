@@ -66,7 +66,7 @@ class Processor:
         self._reported: dict[str, int] = {}
         self.states = RunStates(app, table, self.metrics)
         self.checkpoints = Checkpoints(self.states, self._ack, settings.flush_interval, self._finished)
-        # (when the consumer thread had it, when it was fed, the batch), not taken yet
+        # (when the consumer's poll returned it, when it was fed, the batch), not taken yet
         self.pending: deque[tuple[float, float, list[Message]]] = deque()
         self.polled_at = self.fed_at = 0.0  # of the batch being taken
         # Stage clocks for the latency benchmark; None (the default) costs nothing per event.

@@ -1,7 +1,7 @@
 """The worker's Kafka transport: Faust's aiokafka driver, subclassed.
 
 Registered under the ``loopwarden://`` broker scheme (the ``faust.transports``
-entry point in pyproject.toml), which only the worker's app uses. Two things
+entry point in pyproject.toml), which only the worker's app uses. Three things
 differ from the driver it extends:
 
 - **Batched intake.** Faust delivers every fetched message on its own: two
@@ -17,19 +17,29 @@ differ from the driver it extends:
   Acknowledgement stays Faust's: the processor calls ``Consumer.ack`` for each
   message once it is finished, Faust commits acknowledged offsets, and a
   rebalance waits (``wait_empty``) until every tracked message is acknowledged.
+- **No consumer thread.** Faust runs aiokafka in a thread of its own and
+  asks it for each batch across two event loops; here aiokafka runs on the
+  app's loop (``LoopConsumer``), as in a bare consume → produce relay, which
+  took most of a verdict's extra wait away (bench/README.md, "Decision
+  latency"). A seek to the committed offsets holds the fetch loop until it
+  is done (``Consumer.perform_seek``), so that nothing fetched meanwhile is
+  taken and then read again.
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
-Checked against faust-streaming 0.15.3 and aiokafka 0.14.0 (the range pinned
-in pyproject.toml). Faust offers no public hook for the fetch loop: the
-batched intake overrides ``Consumer._drain_messages``, the method Faust's
-``Fetcher`` runs, and keeps its offset bookkeeping through the base class's
-``_read_offset`` (the read positions Faust's own seeks reset) and
-``_add_gap``; the consumer thread is chosen by ``_new_consumer_thread``, the
-factory the base class leaves to its drivers, and tells when its last poll
-returned (for ``--trace-stages``) from ``_fetch_records``, the method it polls
-aiokafka with, read through the consumer's ``_thread``. Those are the only
-non-public members used; a Faust upgrade must re-check them.
+Checked against faust-streaming 0.15.3 and aiokafka 0.14.0 (the ranges pinned
+in pyproject.toml), and mode-streaming 0.7.1, which Faust brings. Faust offers no public hook for the
+fetch loop: the batched intake overrides ``Consumer._drain_messages``, the
+method Faust's ``Fetcher`` runs, and keeps its offset bookkeeping through the
+base class's ``_read_offset`` (the read positions Faust's own seeks reset) and
+``_add_gap``. The consumer is chosen by ``_new_consumer_thread``, the factory
+the base class leaves to its drivers; ``LoopConsumer`` keeps Faust's consumer
+thread class for everything aiokafka is asked, and replaces only how it is
+run: mode's ``ServiceThread.start``, ``call_thread`` and the thread's
+shutdown sequence (``_shutdown_thread``, run from ``_stop_children``). It
+tells when its last poll returned (for ``--trace-stages``) from
+``_fetch_records``, read through the consumer's ``_thread``. Those are the
+only non-public members used; a Faust or mode upgrade must re-check them.
 """
 
 from __future__ import annotations
@@ -37,12 +47,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast
 
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
+from mode.utils.futures import maybe_async
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
@@ -59,26 +70,55 @@ class Intake(Protocol):
 
     def feed(self, messages: list[Message], polled_at: float) -> None:
         """Take a batch of fetched messages (synchronous: no await in between);
-        ``polled_at``: when the consumer thread had them (``time.time()``)."""
+        ``polled_at``: when the consumer's poll returned them (``time.time()``)."""
 
     def room(self) -> Awaitable[None] | None:
         """None when more may be fed now, else an awaitable that waits for room."""
 
 
-class ConsumerThread(driver.AIOKafkaConsumerThread):
-    """The aiokafka consumer thread, seeking uncommitted partitions to their beginning.
+class LoopConsumer(driver.AIOKafkaConsumerThread):
+    """The aiokafka consumer on the app's own event loop, in the place of Faust's consumer thread.
 
-    After a rebalance Faust drops the records it fetched while the flow was
-    suspended and seeks back to the committed offsets to fetch them again; but
-    aiokafka's ``seek_to_committed`` does not move a partition whose committed
-    offset is missing or 0, so for a partition nothing was committed for yet
-    those records would be gone. Such partitions are sought to their
-    beginning, which is what ``auto_offset_reset="earliest"`` means for them.
+    Faust runs aiokafka in a thread with an event loop of its own and asks it
+    for every batch across the two loops. aiokafka sends no new fetch for a
+    partition while records it fetched wait unread, so each ask-and-answer,
+    and every moment the thread waits for the GIL, came on top of the fetch:
+    the largest part of a verdict's wait beyond a bare consume → produce relay
+    (bench/README.md, "Decision latency"). Here the consumer is an ordinary
+    service on the app's loop, as in such a relay: calls Faust would queue to
+    the thread are awaited where they are made, and the rebalance callbacks
+    reach the app through Faust's own method queue, which works the same on
+    one loop.
+
+    It also seeks uncommitted partitions to their beginning. After a
+    rebalance Faust drops the records it fetched while the flow was suspended
+    and seeks back to the committed offsets to fetch them again; but
+    aiokafka's ``seek_to_committed`` does not move a partition whose
+    committed offset is missing or 0, so for a partition nothing was
+    committed for yet those records would be gone. Such partitions are
+    sought to their beginning, which is what ``auto_offset_reset="earliest"``
+    means for them.
     """
 
     logger = faust_log
-    #: When the last poll returned its records, on this thread (time.time()).
+    #: When the last poll returned its records (time.time()).
     polled_at = 0.0
+
+    def __init__(self, consumer: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
+
+    async def start(self) -> None:
+        """Start as a service on this loop, not as a thread."""
+        self._thread_started.set()
+        await self._default_start()
+
+    async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await maybe_async(fun(*args, **kwargs))
+
+    async def _stop_children(self) -> None:
+        # A thread's own shutdown sequence (stop the aiokafka consumer, then
+        # the children, futures and exit stacks), run here by ``stop``.
+        await self._shutdown_thread()
 
     async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
         records = await super()._fetch_records(*args, **kwargs)
@@ -99,8 +139,26 @@ class Consumer(driver.Consumer):
     logger = faust_log
     acked_since_commit = 0
 
-    def _new_consumer_thread(self) -> ConsumerThread:
-        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+    def _new_consumer_thread(self) -> LoopConsumer:
+        return LoopConsumer(self, loop=self.loop, beacon=self.beacon)
+
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets, with the fetch loop held until it is done.
+
+        With the consumer on the app's loop, a fetch of partitions just
+        resumed can return while the seek still waits for the broker; those
+        records would be taken and then read again from the committed offset
+        (from the beginning, for a partition with nothing committed yet). A
+        fetch that returns while the flow is stopped is dropped by Faust and
+        fetched again after the seek.
+        """
+        was_active = self.flow_active
+        self.stop_flow()
+        try:
+            await super().perform_seek()
+        finally:
+            if was_active:
+                self.resume_flow()
 
     def ack(self, message: Message) -> bool:
         """Faust's ``ack``, ignoring messages fetched under an older consumer generation.
