@@ -52,7 +52,8 @@ def test_the_secrets_a_client_needs(secure_broker) -> None:
 
 def test_the_env_file_is_all_a_command_needs(secure_broker) -> None:
     """`set -a; . worker.env` and a command connects as the worker: the
-    topics the set-up created are there (and describing them is allowed)."""
+    topics the set-up created, the incident topic among them, are there (and
+    describing them is allowed)."""
     shown = subprocess.run(
         [
             "bash",
@@ -69,10 +70,11 @@ def test_the_env_file_is_all_a_command_needs(secure_broker) -> None:
         timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.split("\n")[:3] == [
+    assert shown.stdout.splitlines() == [
         f"exists  {EVENTS_TOPIC} (12 partitions)",
         f"exists  {DECISIONS_TOPIC} (12 partitions)",
         f"exists  {DEADLETTER_TOPIC} (12 partitions)",
+        f"exists  {INCIDENTS_TOPIC} (12 partitions)",
     ]
 
 
