@@ -149,6 +149,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
+    from streams.tools.audit import AuditError
     from streams.tools.tail import tail
     from streams.worker.settings import connection_from_args
 
@@ -169,7 +170,10 @@ def _tail(args: argparse.Namespace) -> int:
         )
     except BrokenPipeError:
         raise
-    except Exception as exc:  # broker unreachable, refused by an ACL
+    except AuditError as exc:
+        print(f"loopwarden tail: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # broker unreachable
         print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if args.max is not None and printed < args.max:

@@ -183,6 +183,32 @@ def test_the_gateway_cannot_read_incidents_or_join_the_fleet_stages_group(secure
         _read(secure_broker, "gateway", DECISIONS_TOPIC, group=FLEET_APP_ID)
 
 
+@pytest.mark.parametrize(
+    ("role", "topic"),
+    [
+        ("gateway", EVENTS_TOPIC),
+        ("gateway", DEADLETTER_TOPIC),
+        ("gateway", INCIDENTS_TOPIC),
+        ("worker", DEADLETTER_TOPIC),
+    ],
+)
+def test_tail_refused_a_topic_says_so_at_once(secure_broker, role: str, topic: str) -> None:
+    """A topic this user may not read or describe: one line naming it and the
+    user, exit 2 as audit and explain, instead of waiting out the timeout."""
+    done = subprocess.run(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', secrets(secure_broker) / f"{role}.env",
+         *LOOPWARDEN, "tail", "--topic", topic, "--timeout", "10m"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,  # far below tail's own timeout: a tail that waits fails here
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"loopwarden tail: not authorized to read topic {topic}: the ACLs of user {role} do not allow it\n"
+    )
+
+
 def test_the_worker_cannot_forge_events(secure_broker) -> None:
     with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
         _send(secure_broker, "worker", EVENTS_TOPIC)
