@@ -92,6 +92,7 @@ class FleetSettings:
     ttl: float = 3 * 3600.0
     session_timeout: float = 30.0
     loglevel: str = "info"
+    web_port: int | None = None
 
     @property
     def repartition_topic(self) -> str:
@@ -144,6 +145,9 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
     parser.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--web-port", type=int, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
+    )
 
 
 def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
@@ -166,4 +170,5 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         ttl=args.ttl,
         session_timeout=args.session_timeout,
         loglevel=args.loglevel,
+        web_port=args.web_port,
     )
