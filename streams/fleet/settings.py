@@ -25,6 +25,8 @@ from streams.worker.settings import (
 DEFAULTS = IncidentSettings()
 #: The stage's consumer group and table namespace unless --app-id says otherwise.
 FLEET_APP_ID = "loopwarden-fleet"
+#: The tally table's name: its changelog topic is `<app-id>-incidents-changelog`.
+TABLE_NAME = "incidents"
 
 
 def whole_seconds(text: str) -> int:
@@ -98,6 +100,11 @@ class FleetSettings:
     def repartition_topic(self) -> str:
         """Named after the app, so two stages on one decision topic never share it."""
         return f"{self.app_id}-fingerprint-repartition"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The tally table's changelog, as Faust names it."""
+        return f"{self.app_id}-{TABLE_NAME}-changelog"
 
     def __post_init__(self) -> None:
         held = self.incidents.window * 2 + self.incidents.lateness

@@ -28,15 +28,13 @@ from schemas.incidents import FingerprintTally
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
-from streams.fleet.settings import FleetSettings
+from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
-
-TABLE_NAME = "incidents"
 
 
 def _verdict(value: bytes, metrics: FleetMetrics) -> Verdict | None:
@@ -178,6 +176,11 @@ def run_fleet(settings: FleetSettings) -> int:
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),
+            # Compacted, as Faust makes a table's changelog. Left to Faust, its
+            # creation can race the first metadata read: the table then sees
+            # it with 0 partitions and every tally write fails
+            # (PartitionsMismatch) until the next metadata refresh.
+            (settings.changelog_topic, settings.partitions, {"cleanup.policy": "compact"}),
         ]
         log_created(log, ensure(settings.bootstrap, own, settings.replication_factor, security=settings.security))
     except TopicError as exc:

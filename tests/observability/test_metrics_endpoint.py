@@ -13,6 +13,7 @@ import pytest
 from streams import kafka_clients
 from streams.tools.broker import free_port
 
+from builders import unknown_tool_blocks
 from emulated_worker import RealWorker, make_topics
 from helpers import FleetStage, names, produce
 from schemas.codec import encode_verdict
@@ -113,18 +114,6 @@ def test_fleet_stage_serves_metrics(broker, tmp_path):
     each, as the operator log reports them."""
     topics = names("fleet-metrics")
     ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
-    blocked = [
-        Verdict(
-            run_id=f"r{n}",
-            seq=1,
-            tool_call_id="c",
-            tool_name="nope",
-            decision="block",
-            detector="unknown_tool_repeat",
-            ts=1796187600.0,
-        )
-        for n in range(4)
-    ]
     allowed = Verdict(run_id="r9", seq=1, tool_call_id="c", tool_name="nope", decision="allow", ts=1796187600.0)
     port = free_port()
     options = ["--min-runs", "2", "--web-port", str(port)]
@@ -134,7 +123,7 @@ def test_fleet_stage_serves_metrics(broker, tmp_path):
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
         assert total(samples(body), "loopwarden_fleet_incidents_total") == 0
 
-        lines = [*map(encode_verdict, blocked), encode_verdict(allowed), b"not a verdict"]
+        lines = [*unknown_tool_blocks(4), encode_verdict(allowed), b"not a verdict"]
         produce(broker.bootstrap, topics["decisions"], lines, keys=[b"r"] * len(lines))
         stage.wait_for(
             lambda: stage.lines("incident_update") and stage.lines("bad_verdict"), 90, "the update and the skip"
