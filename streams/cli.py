@@ -106,11 +106,18 @@ def _fleet(args: argparse.Namespace) -> int:
 
 def _topics_create(args: argparse.Namespace) -> int:
     from streams.worker.settings import connection_from_args, topics_from_args
-    from streams.worker.topics import TopicError, ensure_topics
+    from streams.worker.topics import TopicError, ensure_project_topics
 
     bootstrap, security = connection_from_args(args)
     try:
-        states = ensure_topics(bootstrap, topics_from_args(args), timeout=args.timeout, security=security)
+        states = ensure_project_topics(
+            bootstrap,
+            topics_from_args(args),
+            incidents_topic=args.incidents_topic,
+            incidents_partitions=args.incidents_partitions,
+            timeout=args.timeout,
+            security=security,
+        )
     except TopicError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
@@ -142,6 +149,7 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
+    from streams.tools.audit import AuditError
     from streams.tools.tail import tail
     from streams.worker.settings import connection_from_args
 
@@ -162,7 +170,10 @@ def _tail(args: argparse.Namespace) -> int:
         )
     except BrokenPipeError:
         raise
-    except Exception as exc:  # broker unreachable, refused by an ACL
+    except AuditError as exc:
+        print(f"loopwarden tail: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # broker unreachable
         print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if args.max is not None and printed < args.max:
@@ -244,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
 
-    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
     from streams.worker.settings import (
         add_connection_options,
         add_security_options,
@@ -271,9 +282,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     topics = commands.add_parser("topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    create = topic_commands.add_parser("create", help="create the events, decisions and dead-letter topics")
+    create = topic_commands.add_parser("create", help="create the events, decisions, dead-letter and incident topics")
     add_connection_options(create)
     add_topic_options(create)
+    create.add_argument(
+        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    )
+    create.add_argument(
+        "--incidents-partitions",
+        type=positive_int,
+        help="default: same as --partitions (keep it equal to the fleet stage's --partitions)",
+    )
     create.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
     create.set_defaults(run=_topics_create)
 
@@ -376,8 +395,6 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
     add_security_options(explain)
     explain.set_defaults(run=_explain)
-
-    from schemas.topics import INCIDENTS_TOPIC
 
     dashboard = commands.add_parser(
         "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"

@@ -387,6 +387,12 @@ def check_connection(bootstrap: str, security: KafkaSecurity = PLAINTEXT, timeou
         loop.close()
 
 
+def not_authorized(action: str, security: KafkaSecurity) -> str:
+    """What the ACLs refused and whose ACLs they are: the one line an operator needs."""
+    user = f"user {security.sasl_username}" if security.sasl_username else "this client"
+    return f"not authorized to {action}: the ACLs of {user} do not allow it"
+
+
 def check_group(bootstrap: str, security: KafkaSecurity, group: str, timeout: float = 10.0) -> None:
     """Raise `ConnectionRefused` when the brokers refuse this user the
     consumer group `group`. Without this, a consumer refused its group
@@ -401,10 +407,7 @@ def check_group(bootstrap: str, security: KafkaSecurity, group: str, timeout: fl
     try:
         client.describe_groups([group])
     except GroupAuthorizationFailedError:
-        user = f"user {security.sasl_username}" if security.sasl_username else "this client"
-        raise ConnectionRefused(
-            f"not authorized to use consumer group {group}: the ACLs of {user} do not allow it"
-        ) from None
+        raise ConnectionRefused(not_authorized(f"use consumer group {group}", security)) from None
     except KafkaError:
         pass
     finally:

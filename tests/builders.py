@@ -19,7 +19,8 @@ from msgspec import UNSET
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from schemas.state import RunState, StoredRun
-from schemas.codec import decode_event, decode_stored, encode_stored
+from schemas.codec import decode_event, decode_stored, encode_stored, encode_verdict
+from schemas.verdicts import Verdict
 from streams.engine import apply
 from streams.engine.config import parse_config
 
@@ -235,3 +236,22 @@ def stored(state: RunState) -> bytes:
 def restored(data: bytes) -> RunState:
     """The run state in bytes the worker stored."""
     return decode_stored(data).state
+
+
+def unknown_tool_blocks(runs: int) -> list[bytes]:
+    """One block per run (`r0`, `r1`…) on the same unknown tool, in one fleet
+    window: the fleet stage counts them under one fingerprint."""
+    return [
+        encode_verdict(
+            Verdict(
+                run_id=f"r{n}",
+                seq=1,
+                tool_call_id="c",
+                tool_name="nope",
+                decision="block",
+                detector="unknown_tool_repeat",
+                ts=1796187600.0,
+            )
+        )
+        for n in range(runs)
+    ]

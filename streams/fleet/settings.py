@@ -25,6 +25,8 @@ from streams.worker.settings import (
 DEFAULTS = IncidentSettings()
 #: The stage's consumer group and table namespace unless --app-id says otherwise.
 FLEET_APP_ID = "loopwarden-fleet"
+#: The tally table's name: its changelog topic is `<app-id>-incidents-changelog`.
+TABLE_NAME = "incidents"
 
 
 def whole_seconds(text: str) -> int:
@@ -92,11 +94,17 @@ class FleetSettings:
     ttl: float = 3 * 3600.0
     session_timeout: float = 30.0
     loglevel: str = "info"
+    web_port: int | None = None
 
     @property
     def repartition_topic(self) -> str:
         """Named after the app, so two stages on one decision topic never share it."""
         return f"{self.app_id}-fingerprint-repartition"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The tally table's changelog, as Faust names it."""
+        return f"{self.app_id}-{TABLE_NAME}-changelog"
 
     def __post_init__(self) -> None:
         held = self.incidents.window * 2 + self.incidents.lateness
@@ -144,6 +152,9 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
     parser.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--web-port", type=int, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
+    )
 
 
 def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
@@ -166,4 +177,5 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         ttl=args.ttl,
         session_timeout=args.session_timeout,
         loglevel=args.loglevel,
+        web_port=args.web_port,
     )

@@ -28,22 +28,21 @@ from schemas.incidents import FingerprintTally
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
-from streams.fleet.settings import FleetSettings
+from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
-from streams.observability.metrics import WorkerMetrics
+from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
 
-TABLE_NAME = "incidents"
 
-
-def _verdict(value: bytes) -> Verdict | None:
+def _verdict(value: bytes, metrics: FleetMetrics) -> Verdict | None:
     """The verdict, or None (with one log line) for bytes that are not one."""
     try:
         return decode_verdict(value)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        metrics.bad_verdicts.inc()
         logs.event(log, logging.WARNING, "not a verdict: skipped", event="bad_verdict", error=str(exc)[:200])
         return None
 
@@ -79,8 +78,13 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        web_enabled=False,
+        web_enabled=settings.web_port is not None,
+        web_port=settings.web_port or 6066,
+        web_host="127.0.0.1",
     )
+    metrics = FleetMetrics()
+    if settings.web_port is not None:
+        install(app, metrics)
     decisions = app.topic(settings.decisions_topic, key_type=bytes, value_type=bytes)
     incidents = app.topic(settings.incidents_topic, key_type=bytes, value_type=bytes)
     regrouped = app.topic(settings.repartition_topic, key_type=bytes, value_type=bytes)
@@ -93,14 +97,16 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     )
 
     async def take(value: bytes) -> None:
-        verdict = _verdict(value)
+        verdict = _verdict(value, metrics)
         key = None if verdict is None else fingerprint(verdict)
         if verdict is None or key is None:
             return
+        metrics.verdicts.labels(decision=verdict.decision).inc()
         counted = count(_tally(table.get(key.encode()), key), verdict, key, time.time(), settings.incidents)
         for incident in counted.incidents:
             delivered = await incidents.send(key=key.encode(), value=encode_incident(incident))
             await delivered  # acknowledged before the tally that records it is stored
+            metrics.incidents.labels(status=incident.status).inc()
             logs.event(
                 log,
                 logging.WARNING,
@@ -124,7 +130,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     @app.agent(decisions, name=f"{settings.app_id}.regroup")
     async def regroup(stream: Any) -> None:
         async for event in stream.events():
-            verdict = _verdict(event.value)
+            verdict = _verdict(event.value, metrics)
             key = None if verdict is None else fingerprint(verdict)
             if key is not None:
                 await event.forward(regrouped, key=key.encode())
@@ -170,6 +176,11 @@ def run_fleet(settings: FleetSettings) -> int:
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),
+            # Compacted, as Faust makes a table's changelog. Left to Faust, its
+            # creation can race the first metadata read: the table then sees
+            # it with 0 partitions and every tally write fails
+            # (PartitionsMismatch) until the next metadata refresh.
+            (settings.changelog_topic, settings.partitions, {"cleanup.policy": "compact"}),
         ]
         log_created(log, ensure(settings.bootstrap, own, settings.replication_factor, security=settings.security))
     except TopicError as exc:

@@ -1,4 +1,4 @@
-"""The worker's numbers, kept in prometheus_client metrics.
+"""The worker's and the fleet stage's numbers, kept in prometheus_client metrics.
 
 One set of counters feeds both outputs: `/metrics` renders them (``install``)
 and the periodic summary log line reads them (``WorkerMetrics.summary``).
@@ -156,17 +156,48 @@ class _Owned(Collector):
         yield lag
 
 
-class WorkerMetrics:
-    """The stream worker's metrics, in a registry of its own."""
+class Metrics:
+    """A registry of its own per process role, so two in one process count apart."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+    def counter(self, name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(f"loopwarden_{name}", help, labels, registry=self.registry)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class FleetMetrics(Metrics):
+    """The fleet stage's counters: its operator log lines, totalled, and the verdicts behind them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.incidents = self.counter(
+            "fleet_incidents", "Incident records published, by status (open, update).", ("status",)
+        )
+        self.verdicts = self.counter(
+            "fleet_verdicts",
+            "Block and abort verdicts taken by their fingerprint's tally, by decision (one seen again included).",
+            ("decision",),
+        )
+        self.bad_verdicts = self.counter(
+            "fleet_bad_verdicts", "Records of the decision topic that are not verdicts, skipped."
+        )
+
+
+class WorkerMetrics(Metrics):
+    """The stream worker's metrics."""
 
     def __init__(self, ownership: Ownership | None = None, scraped: bool = True) -> None:
+        super().__init__()
         #: Whether anything can scrape `/metrics`: per-event timings and
         #: consumer positions are only kept then.
         self.scraped = scraped
-        self.registry = registry = CollectorRegistry()
-
-        def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
-            return Counter(f"loopwarden_{name}", help, labels, registry=registry)
+        registry = self.registry
+        counter = self.counter
 
         self._per_event = _PerEvent()
         registry.register(self._per_event)
@@ -255,10 +286,6 @@ class WorkerMetrics:
 
     # -- outputs -----------------------------------------------------------
 
-    def render(self) -> bytes:
-        """The registry in Prometheus text format."""
-        return generate_latest(self.registry)
-
     def summary(self) -> dict[str, int]:
         """The counters as the summary log line names them (zeros left out):
         read from the registry, as a scrape reads them."""
@@ -283,10 +310,10 @@ class WorkerMetrics:
         return out
 
 
-def install(app: Any, metrics: WorkerMetrics, path: str = "/metrics") -> Any:
+def install(app: Any, metrics: Metrics, path: str = "/metrics") -> Any:
     """Add a `GET /metrics` page to a Faust app's web server; returns the view.
 
-    Call before the worker starts."""
+    Call before the app starts."""
 
     @app.page(path, name="loopwarden_metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -248,8 +248,7 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
 
     from streams import kafka_clients
     from streams.worker.settings import Topics
-    from streams.worker.settings import DEFAULT_PARTITIONS
-    from streams.worker.topics import TopicError, ensure, ensure_topics
+    from streams.worker.topics import TopicError, ensure_project_topics
 
     admin_security = role_security(data_dir, ADMIN)
     wanted = role_acls()
@@ -273,8 +272,7 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
     finally:
         admin.close()
     try:
-        ensure_topics(bootstrap, Topics(), security=admin_security)
-        ensure(bootstrap, [(INCIDENTS_TOPIC, DEFAULT_PARTITIONS, {})], 1, security=admin_security)
+        ensure_project_topics(bootstrap, Topics(), security=admin_security)
     except TopicError as exc:
         raise SecureSetupError(str(exc)) from None
     write_env_files(data_dir, bootstrap)

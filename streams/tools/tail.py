@@ -83,9 +83,18 @@ def tail(
     ``stop()`` returns true.
     """
     from kafka import TopicPartition
+    from kafka.errors import TopicAuthorizationFailedError
+
+    from streams.worker.topics import TopicError, describe_partitions
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None
+    try:
+        # The consumer only logs a topic it may not describe and finds no
+        # partitions until the timeout; asking the admin API tells at once.
+        describe_partitions(bootstrap, [topic], security=security)
+    except TopicError:
+        raise _refused(topic, security) from None
     consumer = _consumer(bootstrap, security)
     printed = 0
     seen: set[tuple[str, int]] = set()
@@ -148,6 +157,15 @@ def tail(
                 out.flush()
             if max_records is not None and printed >= max_records:
                 break
+    except TopicAuthorizationFailedError:  # described, but not readable
+        raise _refused(topic, security) from None
     finally:
         consumer.close()
     return printed
+
+
+def _refused(topic: str, security: KafkaSecurity) -> Exception:
+    """A read the ACLs refuse, reported as audit and explain report theirs."""
+    from streams.tools.audit import AuditError
+
+    return AuditError(kafka_clients.not_authorized(f"read topic {topic}", security))

@@ -1,7 +1,8 @@
 """Creating the project's topics (events, decisions, dead-letter; and the
 fleet stage's own).
 
-Used by ``loopwarden topics create``, by the worker and the fleet stage at
+Used by ``loopwarden topics create`` and the secure broker's set-up (which
+create the incident topic too), by the worker and the fleet stage at
 start-up and by ``loopwarden up``. Uses kafka-python's admin client (no Faust). A topic that
 already exists is left as it is; its partition count is reported, because the
 worker sizes its table (and the table's changelog) from the events topic that
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from schemas.topics import INCIDENTS_TOPIC
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.worker.settings import Topics
@@ -88,6 +90,23 @@ def ensure_topics(
                 extra={"fields": {"topic": state.name, "partitions": state.partitions, "requested": partitions}},
             )
     return states
+
+
+def ensure_project_topics(
+    bootstrap: str,
+    topics: Topics,
+    *,
+    incidents_topic: str = INCIDENTS_TOPIC,
+    incidents_partitions: int | None = None,
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[TopicState]:
+    """The three topics and the fleet stage's output (`incidents_partitions`,
+    by default as many as the events topic): what an admin creates before
+    anything runs, so that no role needs Create on a topic other clients read."""
+    states = ensure_topics(bootstrap, topics, timeout=timeout, security=security)
+    incidents = (incidents_topic, incidents_partitions or topics.partitions, {})
+    return states + ensure(bootstrap, [incidents], topics.replication_factor, timeout=timeout, security=security)
 
 
 def ensure(

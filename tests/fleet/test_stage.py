@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from builders import run_cli
+from builders import run_cli, unknown_tool_blocks
 from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, produce
-from schemas.codec import decode_incident, decode_verdict, encode_verdict
-from schemas.verdicts import Verdict
+from schemas.codec import decode_incident, decode_verdict
 from streams.fleet.incidents import fingerprint
 from streams.worker.settings import Topics
 from streams.worker.topics import ensure_topics
@@ -71,19 +70,7 @@ def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
     """Verdicts published straight to the decision topic; once the sweep has
     deleted the fingerprint's tally, the same runs open a new incident."""
     topics = names("sweep")
-    verdicts = [
-        Verdict(
-            run_id=f"r{n}",
-            seq=1,
-            tool_call_id="c",
-            tool_name="nope",
-            decision="block",
-            detector="unknown_tool_repeat",
-            ts=1796187600.0,
-        )
-        for n in range(2)
-    ]
-    lines = [encode_verdict(v) for v in verdicts]
+    lines = unknown_tool_blocks(2)
     ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
     options = ["--window", "1s", "--lateness", "0s", "--ttl", "2s", "--min-runs", "2"]
     with FleetStage(broker.bootstrap, topics, tmp_path, "fleet", partitions=1, extra=options) as stage:
@@ -93,6 +80,13 @@ def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):
         produce(broker.bootstrap, topics["decisions"], lines)
         stage.wait_for(lambda: len(stage.lines("incident_open")) == 2, 30, "the incident opened again")
     assert stage.lines("swept")[0]["fingerprints"] == "1"
+    # The table's changelog is made with the stage's other topics, before Faust subscribes.
+    created = {line["topic"]: line["partitions"] for line in stage.lines("topic_created")}
+    assert created == {
+        f"{topics['app_id']}-fleet-fingerprint-repartition": "1",
+        topics["incidents"]: "1",
+        f"{topics['app_id']}-fleet-incidents-changelog": "1",
+    }
 
 
 def test_a_missing_decision_topic_stops_the_stage_at_start_up(broker, tmp_path):

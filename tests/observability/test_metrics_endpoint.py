@@ -1,4 +1,5 @@
-"""Scraping `/metrics` from a running `loopwarden worker --web-port P`."""
+"""Scraping `/metrics` from a running `loopwarden worker --web-port P` and
+`loopwarden fleet --web-port P`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import pytest
 from streams import kafka_clients
 from streams.tools.broker import free_port
 
+from builders import unknown_tool_blocks
 from emulated_worker import RealWorker, make_topics
+from helpers import FleetStage, names, produce
+from schemas.codec import encode_verdict
+from schemas.verdicts import Verdict
+from streams.worker.settings import Topics
+from streams.worker.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +34,14 @@ def scrape(port: int) -> tuple[int, str, str]:
             return response.status, response.headers.get("Content-Type", ""), response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, "", ""
+
+
+def answers(port: int) -> bool:
+    try:
+        scrape(port)
+    except OSError:  # not listening yet
+        return False
+    return True
 
 
 def samples(text: str) -> dict[str, float]:
@@ -90,3 +105,32 @@ def test_worker_serves_metrics(broker, tmp_path):
         assert values["loopwarden_event_processing_seconds_count"] >= len(lines)
         assert "loopwarden_active_runs" in values
         assert any(k.startswith("loopwarden_consumer_lag{") for k in values)
+
+
+def test_fleet_stage_serves_metrics(broker, tmp_path):
+    """Verdicts straight on the decision topic: four runs blocked on one
+    unknown tool open an incident at two runs and update it at four; an allow
+    is not counted; a record that is not a verdict is skipped. The page counts
+    each, as the operator log reports them."""
+    topics = names("fleet-metrics")
+    ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
+    allowed = Verdict(run_id="r9", seq=1, tool_call_id="c", tool_name="nope", decision="allow", ts=1796187600.0)
+    port = free_port()
+    options = ["--min-runs", "2", "--web-port", str(port)]
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet", partitions=1, extra=options) as stage:
+        stage.wait_for(lambda: answers(port), 90, f"a /metrics page on port {port}")
+        status, content_type, body = scrape(port)
+        assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+        assert total(samples(body), "loopwarden_fleet_incidents_total") == 0
+
+        lines = [*unknown_tool_blocks(4), encode_verdict(allowed), b"not a verdict"]
+        produce(broker.bootstrap, topics["decisions"], lines, keys=[b"r"] * len(lines))
+        stage.wait_for(
+            lambda: stage.lines("incident_update") and stage.lines("bad_verdict"), 90, "the update and the skip"
+        )
+        values = samples(scrape(port)[2])
+    assert values['loopwarden_fleet_incidents_total{status="open"}'] == 1, values
+    assert values['loopwarden_fleet_incidents_total{status="update"}'] == 1
+    assert total(values, "loopwarden_fleet_verdicts_total") == 4
+    assert values['loopwarden_fleet_verdicts_total{decision="block"}'] == 4
+    assert values["loopwarden_fleet_bad_verdicts_total"] == 1

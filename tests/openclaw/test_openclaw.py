@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from kafka.partitioner.default import murmur2
 from emulated_worker import make_topics
 from helpers import LOOPWARDEN, REPO, Worker, consume, names
 from openclaw_gateway import PLUGIN, OpenClaw, gateway_home
-from scripted_model import Overflow, Reply, ScriptedModel, ToolCall, message_text, tool_messages
+from scripted_model import Overflow, Reply, Script, ScriptedModel, ToolCall, message_text, tool_messages
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +98,33 @@ def loopwarden_config(tmp_path: Path, **loop_detection: Any) -> Path:
     return path
 
 
+@contextmanager
+def agent_run(
+    openclaw: OpenClaw,
+    broker: Any,
+    tmp_path: Path,
+    prefix: str,
+    config: Path,
+    script: Script,
+    *,
+    plugin: dict[str, Any] | None = None,
+    **gateway: Any,
+) -> Iterator[tuple[dict[str, str], ScriptedModel, subprocess.CompletedProcess[str]]]:
+    """One agent run through a gateway whose plugin talks to a real worker (3 partitions, `config`)
+    on fresh topics named after `prefix`, the model following `script`. Yields the topics, the
+    model and the finished `openclaw agent` process while the worker still runs. `plugin` adds
+    to the plugin's config; `gateway` goes to gateway_home."""
+    topics = names(prefix)
+    with (
+        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
+        ScriptedModel(script) as model,
+    ):
+        worker.wait_assigned()
+        bus = {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]}
+        home = gateway_home(tmp_path, model.base_url, {**bus, **(plugin or {})}, **gateway)
+        yield topics, model, openclaw.run_agent(home, "Run the tests until they pass.")
+
+
 def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     """The plugin's own tests (node --test): local hashing against tests/vectors/hashing.json
     and against the reference gateway's module, and the run bookkeeping (test/guard.test.ts)."""
@@ -117,21 +145,10 @@ def test_plugin_node_suite(openclaw: OpenClaw) -> None:
 
 
 def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
-    topics = names("openclaw")
     config = loopwarden_config(tmp_path, warningThreshold=3, criticalThreshold=5)
     counter = tmp_path / "executions.txt"
     script = loop_on_exec(counter, stop_when="CRITICAL", after=3)
-    with (
-        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
-        ScriptedModel(script) as model,
-    ):
-        worker.wait_assigned()
-        home = gateway_home(
-            tmp_path,
-            model.base_url,
-            {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]},
-        )
-        done = openclaw.run_agent(home, "Run the tests until they pass.")
+    with agent_run(openclaw, broker, tmp_path, "openclaw", config, script) as (topics, model, done):
         assert done.returncode == 0, done.stderr[-4000:]
         assert "I give up" in done.stdout
 
@@ -170,30 +187,22 @@ def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_pa
 def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(
     openclaw: OpenClaw, broker, tmp_path: Path
 ) -> None:
-    topics = names("openclaw-compaction")
     config = loopwarden_config(
         tmp_path, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3}
     )
     counter = tmp_path / "executions.txt"
     script = loop_on_exec(counter, stop_when="ABORTED", overflow_after=3)
-    with (
-        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
-        ScriptedModel(script) as model,
-    ):
-        worker.wait_assigned()
-        home = gateway_home(
-            tmp_path,
-            model.base_url,
-            {
-                "bootstrap": broker.bootstrap,
-                "eventsTopic": topics["events"],
-                "decisionsTopic": topics["decisions"],
-                "localHashing": True,
-            },
-            # Compact even this short transcript when the provider reports an overflow.
-            agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
-        )
-        done = openclaw.run_agent(home, "Run the tests until they pass.")
+    with agent_run(
+        openclaw,
+        broker,
+        tmp_path,
+        "openclaw-compaction",
+        config,
+        script,
+        plugin={"localHashing": True},
+        # Compact even this short transcript when the provider reports an overflow.
+        agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
+    ) as (topics, model, done):
         # The plugin ended the run through the SDK: the CLI reports the abort.
         assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
         assert "auto-compaction succeeded" in done.stderr and "retrying prompt" in done.stderr

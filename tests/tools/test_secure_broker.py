@@ -52,7 +52,8 @@ def test_the_secrets_a_client_needs(secure_broker) -> None:
 
 def test_the_env_file_is_all_a_command_needs(secure_broker) -> None:
     """`set -a; . worker.env` and a command connects as the worker: the
-    topics the set-up created are there (and describing them is allowed)."""
+    topics the set-up created, the incident topic among them, are there (and
+    describing them is allowed)."""
     shown = subprocess.run(
         [
             "bash",
@@ -69,10 +70,11 @@ def test_the_env_file_is_all_a_command_needs(secure_broker) -> None:
         timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.split("\n")[:3] == [
+    assert shown.stdout.splitlines() == [
         f"exists  {EVENTS_TOPIC} (12 partitions)",
         f"exists  {DECISIONS_TOPIC} (12 partitions)",
         f"exists  {DEADLETTER_TOPIC} (12 partitions)",
+        f"exists  {INCIDENTS_TOPIC} (12 partitions)",
     ]
 
 
@@ -179,6 +181,32 @@ def test_the_gateway_cannot_read_incidents_or_join_the_fleet_stages_group(secure
         consumer.close()
     with pytest.raises(GroupAuthorizationFailedError):
         _read(secure_broker, "gateway", DECISIONS_TOPIC, group=FLEET_APP_ID)
+
+
+@pytest.mark.parametrize(
+    ("role", "topic"),
+    [
+        ("gateway", EVENTS_TOPIC),
+        ("gateway", DEADLETTER_TOPIC),
+        ("gateway", INCIDENTS_TOPIC),
+        ("worker", DEADLETTER_TOPIC),
+    ],
+)
+def test_tail_refused_a_topic_says_so_at_once(secure_broker, role: str, topic: str) -> None:
+    """A topic this user may not read or describe: one line naming it and the
+    user, exit 2 as audit and explain, instead of waiting out the timeout."""
+    done = subprocess.run(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', secrets(secure_broker) / f"{role}.env",
+         *LOOPWARDEN, "tail", "--topic", topic, "--timeout", "10m"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,  # far below tail's own timeout: a tail that waits fails here
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"loopwarden tail: not authorized to read topic {topic}: the ACLs of user {role} do not allow it\n"
+    )
 
 
 def test_the_worker_cannot_forge_events(secure_broker) -> None:

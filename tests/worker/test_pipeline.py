@@ -74,6 +74,10 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
             t["decisions"],
             "--deadletter-topic",
             t["deadletter"],
+            "--incidents-topic",
+            t["incidents"],
+            "--incidents-partitions",
+            "2",
         ],
         capture_output=True,
         text=True,
@@ -81,7 +85,12 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
         timeout=60,
     )
     assert create.returncode == 0, create.stderr
-    assert f"created {t['events']} (4 partitions)" in create.stdout
+    assert create.stdout.splitlines() == [
+        f"created {t['events']} (4 partitions)",
+        f"created {t['decisions']} (4 partitions)",
+        f"created {t['deadletter']} (4 partitions)",
+        f"created {t['incidents']} (2 partitions)",
+    ]
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(b"\n".join(lines) + b"\n")
     sent = subprocess.run(
