@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+import weakref
 
 import pytest
 
@@ -16,6 +18,7 @@ import streams.worker.processor as processor_module
 from schemas.codec import BadEvent
 from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
+from streams.worker.checkpoint import finish
 from streams.worker.processor import Processor
 from streams.worker.settings import Settings, Topics
 from schemas.codec import decode_stored, encode_stored
@@ -48,11 +51,18 @@ class FakeStore:
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         return self.rows.get((partition, key))
 
+    def put_in(self, partition: int, key: bytes, value: bytes) -> None:
+        self.rows[(partition, key)] = value
+
+    def set_persisted_offset(self, tp: Any, offset: int) -> None:
+        pass
+
 
 def make_processor(producer: FakeProducer, settings: Settings = SETTINGS) -> Processor:
     app = SimpleNamespace(
         producer=producer,
         consumer=SimpleNamespace(ack=lambda message: None),
+        in_transaction=False,
         assignor=SimpleNamespace(assigned_actives=set),  # owns nothing: no lag to report
     )
     table = SimpleNamespace(data=FakeStore(), changelog_topic_name="runs-changelog")
@@ -93,6 +103,44 @@ def test_a_run_in_flight_keeps_its_state_across_events() -> None:
     processor = asyncio.run(scenario())
     assert processor.metrics.summary().get("events", 0) == 2
     assert processor.states.live[(0, b"r1")].stored.state.last_seq == 2
+
+
+class Weakly(SimpleNamespace):
+    """A message a weak reference can watch."""
+
+
+def test_a_finished_checkpoint_is_freed_without_the_cycle_collector() -> None:
+    """Once its states are written, nothing a checkpoint held (events, states,
+    send futures) waits for Python's cycle collector, whose passes over that
+    much held the event loop for 15-35 ms each at 2,000 calls/s."""
+
+    async def scenario() -> tuple[Processor, weakref.ref[Any]]:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        event = Weakly(**vars(message(CALL % 1)))
+        event_gone = weakref.ref(event)
+        await processor.take(event)
+        del event
+        processor.checkpoints.close()
+        checkpoint = processor.checkpoints.closed.popleft()
+        finishing = asyncio.ensure_future(finish(checkpoint, processor.states, processor._ack))
+        del checkpoint
+        while not finishing.done():
+            for _, _, future in producer.sent:
+                if not future.done():
+                    future.set_result(SimpleNamespace(topic_partition=("runs-changelog", 0), offset=0))
+            await asyncio.sleep(0)
+        finishing.result()
+        del finishing
+        return processor, event_gone
+
+    gc.disable()
+    try:
+        processor, event_gone = asyncio.run(scenario())
+        assert not processor.states.live, "the written run left the overlay"
+        assert event_gone() is None, "the event was freed as soon as its checkpoint was"
+    finally:
+        gc.enable()
 
 
 def test_a_run_starts_from_its_stored_state() -> None:
