@@ -165,12 +165,7 @@ def run_fleet(settings: FleetSettings) -> int:
     # The topics exist before Faust subscribes: one created after the
     # subscription would be assigned only at the next metadata refresh.
     try:
-        try:
-            found = describe_partitions(settings.bootstrap, [settings.decisions_topic], security=settings.security)
-        except TopicError:
-            raise
-        except Exception as exc:
-            raise TopicError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+        found = describe_partitions(settings.bootstrap, [settings.decisions_topic], security=settings.security)
         if settings.decisions_topic not in found:
             raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
         own = [

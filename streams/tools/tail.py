@@ -85,7 +85,7 @@ def tail(
     from kafka import TopicPartition
     from kafka.errors import TopicAuthorizationFailedError
 
-    from streams.worker.topics import TopicError, describe_partitions
+    from streams.worker.topics import TopicNotAuthorized, describe_partitions
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None
@@ -93,7 +93,7 @@ def tail(
         # The consumer only logs a topic it may not describe and finds no
         # partitions until the timeout; asking the admin API tells at once.
         describe_partitions(bootstrap, [topic], security=security)
-    except TopicError:
+    except TopicNotAuthorized:
         raise _refused(topic, security) from None
     consumer = _consumer(bootstrap, security)
     printed = 0

@@ -38,6 +38,10 @@ class TopicError(RuntimeError):
     """A topic could not be created or described."""
 
 
+class TopicNotAuthorized(TopicError):
+    """The principal may not describe a topic (the ACLs refuse it)."""
+
+
 @dataclass(frozen=True)
 class TopicState:
     name: str
@@ -56,6 +60,14 @@ def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity 
     )
 
 
+def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
+    """An admin client, or TopicError when the brokers cannot be reached."""
+    try:
+        return admin_client(bootstrap, timeout, security)
+    except Exception as exc:
+        raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+
+
 def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
     """Partition counts of the topics that exist (missing ones are left out);
     TopicError for a topic the principal may not describe, which the broker
@@ -64,7 +76,9 @@ def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     for topic in admin.describe_topics(wanted):
         if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
-            raise TopicError(f"not authorized to describe topic {topic['name']}: the ACLs of this user do not allow it")
+            raise TopicNotAuthorized(
+                f"not authorized to describe topic {topic['name']}: the ACLs of this user do not allow it"
+            )
         if topic.get("error_code", 0) == 0 and topic.get("partitions"):
             found[topic["name"]] = len(topic["partitions"])
     return found
@@ -119,10 +133,7 @@ def ensure(
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
     missing; describe them all, in the plan's order."""
-    try:
-        admin = admin_client(bootstrap, timeout, security)
-    except Exception as exc:
-        raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+    admin = _connected_admin(bootstrap, timeout, security)
     try:
         existing = partitions_of(admin, [name for name, _, _ in plan])
         missing = {
@@ -175,7 +186,7 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
 def describe_partitions(
     bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
-    admin = admin_client(bootstrap, timeout, security)
+    admin = _connected_admin(bootstrap, timeout, security)
     try:
         return partitions_of(admin, names)
     finally:
