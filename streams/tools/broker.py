@@ -714,8 +714,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
             return 0
         # status
         bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() if (data_dir / BOOTSTRAP_FILE).exists() else ""
-        was_secure = secure.password_file(data_dir, secure.ADMIN).exists()
-        security = secure.role_security(data_dir, secure.ADMIN) if was_secure else PLAINTEXT
+        security = secure.admin_security(data_dir) or PLAINTEXT
         if any(_running_pids(data_dir)) and is_reachable(bootstrap, 3.0, security):
             print(bootstrap)
             return 0

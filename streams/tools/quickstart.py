@@ -76,10 +76,8 @@ def _start_broker(settings: Settings, broker_dir: str | None, secure: bool = Fal
     from streams.tools.broker import BrokerError, LocalBroker, is_reachable
 
     data_dir = _broker_dir(broker_dir)
-    probe = settings.security
-    if secure and roles.password_file(data_dir, roles.ADMIN).exists():
-        probe = roles.role_security(data_dir, roles.ADMIN)
-    if is_reachable(settings.bootstrap, 3.0, probe):
+    admin = roles.admin_security(data_dir) if secure else None
+    if is_reachable(settings.bootstrap, 3.0, admin or settings.security):
         _say(f"using the Kafka broker at {settings.bootstrap}")
         return None
     host, port = _split(settings.bootstrap)

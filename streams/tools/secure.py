@@ -190,6 +190,12 @@ def role_security(data_dir: Path, user: str) -> KafkaSecurity:
     )
 
 
+def admin_security(data_dir: Path) -> KafkaSecurity | None:
+    """The super user's settings if `data_dir` holds a secure broker's
+    secrets, else None (a plaintext broker, or none set up yet)."""
+    return role_security(data_dir, ADMIN) if password_file(data_dir, ADMIN).exists() else None
+
+
 def write_env_files(data_dir: Path, bootstrap: str) -> None:
     """`secrets/<user>.env`: `set -a; . DIR/secrets/worker.env` then
     `loopwarden worker` connects as that user."""
