@@ -219,7 +219,7 @@ def produce(
     lines: Sequence[bytes],
     *,
     keys: Sequence[bytes | None] | None = None,
-    security: Any = kafka_clients.PLAINTEXT,
+    security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> None:
     producer = kafka_clients.producer(
         bootstrap, security=security, acks="all", linger_ms=5, allow_auto_create_topics=False
@@ -240,7 +240,7 @@ def consume(
     count: int,
     timeout: float,
     settle: float = 0.0,
-    security: Any = kafka_clients.PLAINTEXT,
+    security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
     ``settle`` more seconds for stragglers), or ``timeout``."""
@@ -277,7 +277,9 @@ def consume(
     return records
 
 
-def keyed(bootstrap: str, topic: str, key: bytes, *, security: Any = kafka_clients.PLAINTEXT) -> list[bytes]:
+def keyed(
+    bootstrap: str, topic: str, key: bytes, *, security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT
+) -> list[bytes]:
     """The values of a topic's records with this key, everything there now,
     read without a group."""
     consumer = kafka_clients.consumer(bootstrap, security=security, group_id=None, enable_auto_commit=False)
@@ -306,7 +308,12 @@ def dedupe_key(data: bytes) -> tuple:
 
 
 def incidents_until(
-    bootstrap: str, topic: str, wanted: set[tuple], timeout: float, *, security: Any = kafka_clients.PLAINTEXT
+    bootstrap: str,
+    topic: str,
+    wanted: set[tuple],
+    timeout: float,
+    *,
+    security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> list[bytes]:
     """The incident topic's records once every wanted (dedupe) key is there, a second more for stragglers."""
     deadline = time.monotonic() + timeout

@@ -13,9 +13,10 @@ all wall-clock seconds (``time.time()``, the clock a gateway on the same
 machine stamps ``ts`` with): ``ts`` is the event's own (null when the
 gateway sets none); ``polled`` when the consumer's poll of aiokafka
 returned the event's batch; ``fetched`` when the consumer's fetch loop,
-done with Faust's per-record bookkeeping, handed it to the processor; ``taken`` when the processor began the event; ``sent``
-when the producer accepted the verdict; ``acknowledged`` when the broker's
-acknowledgement of it reached the worker's event loop.
+done with Faust's per-record bookkeeping, handed it to the processor;
+``taken`` when the processor began the event; ``sent`` when the producer
+accepted the verdict; ``acknowledged`` when the broker's acknowledgement of
+it reached the worker's event loop.
 """
 
 from __future__ import annotations
