@@ -66,6 +66,9 @@ class States(Protocol):
     async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
         """Write the snapshots; the futures of their changelog records."""
 
+    def persist(self, records: list[Any]) -> None:
+        """Record the changelog offsets the acknowledged records reached."""
+
 
 async def finish(checkpoint: Checkpoint, states: States, ack: Callable[[Message], Any]) -> None:
     """Verdicts acknowledged, then states written, then events acknowledged.
@@ -78,7 +81,7 @@ async def finish(checkpoint: Checkpoint, states: States, ack: Callable[[Message]
         # The changelog holds the states before the events are acknowledged,
         # so a worker that takes the partition over restores at least what
         # the committed offsets imply.
-        await asyncio.gather(*written)
+        states.persist(await asyncio.gather(*written))
     for message in checkpoint.messages:
         ack(message)
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import faust
 import msgspec
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
+from rocksdict import WriteBatch
 
 from schemas.codec import decode_stored, encode_stored, touched_at
 from schemas.state import RunState, StoredRun
@@ -65,6 +66,14 @@ class RunStore(RocksDBStore):
 
     def put_in(self, partition: int, key: bytes, value: bytes) -> None:
         self._db_for_partition(partition).put(key, value)
+
+    def write_in(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Put many values in one RocksDB write: one log record for all of
+        them, where a put each cost about twice the CPU (bench/README.md)."""
+        batch = WriteBatch(raw_mode=True)  # the store opens its databases in raw mode
+        for key, value in items:
+            batch.put(key, value)
+        self._db_for_partition(partition).write(batch)
 
     def delete_in(self, partition: int, key: bytes) -> None:
         self._db_for_partition(partition).delete(key)
@@ -184,13 +193,19 @@ class RunStates:
         return encode_stored(stored)
 
     async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
-        """Write the checkpoint's snapshots; return the changelog sends' futures.
+        """Write the checkpoint's snapshots, a partition's in one RocksDB
+        write per slice; return the changelog sends' futures.
         Runs no later checkpoint took an event of leave the overlay: the table has them now."""
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for partition, key, data in checkpoint.snapshots:
+            by_partition.setdefault(partition, []).append((key, data))
         written = []
-        for n, (partition, key, data) in enumerate(checkpoint.snapshots, 1):
-            self.store.put_in(partition, key, data)
-            written.append(await self._send_changelog(partition, key, data))
-            if n % WRITES_PER_YIELD == 0:
+        for partition, items in by_partition.items():
+            for start in range(0, len(items), WRITES_PER_YIELD):
+                chunk = items[start : start + WRITES_PER_YIELD]
+                self.store.write_in(partition, chunk)
+                for key, data in chunk:
+                    written.append(await self._send_changelog(partition, key, data))
                 await asyncio.sleep(0)  # new events get their verdicts meanwhile
         live = self.live
         for slot, touched in checkpoint.touched.items():
@@ -205,19 +220,27 @@ class RunStates:
                     del live[slot]
         return written
 
-    async def _send_changelog(self, partition: int, key: bytes, value: bytes | None) -> Awaitable[Any]:
-        future = await self.app.producer.send(self.changelog, key, value, partition, None, None)
-        future.add_done_callback(self._persist_offset)
-        return future
+    def persist(self, records: Sequence[Any]) -> None:
+        """Record how far the changelog holds what the table holds (the
+        metadata of acknowledged changelog records): recovery resumes from
+        there, as from Faust's own writes. Once per partition, at its highest offset."""
+        highest: dict[TP, int] = {}
+        for record in records:
+            tp = record.topic_partition
+            if record.offset > highest.get(tp, -1):
+                highest[tp] = record.offset
+        for tp, offset in highest.items():
+            if self.app.in_transaction:
+                self.app.tables.persist_offset_on_commit(self.store, tp, offset)
+            else:
+                self.store.set_persisted_offset(tp, offset)
 
-    def _persist_offset(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return  # the checkpoint sees the failure when it awaits the future
-        metadata = future.result()
-        if self.app.in_transaction:
-            self.app.tables.persist_offset_on_commit(self.store, metadata.topic_partition, metadata.offset)
-        else:
-            self.store.set_persisted_offset(metadata.topic_partition, metadata.offset)
+    async def _send_changelog(self, partition: int, key: bytes, value: bytes | None) -> asyncio.Future[Any]:
+        return await self.app.producer.send(self.changelog, key, value, partition, None, None)
+
+    def _persist_tombstone(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.persist([future.result()])  # a failed tombstone is sent again by a later sweep
 
     # -- the TTL sweep ---------------------------------------------------------
 
@@ -273,5 +296,6 @@ class RunStates:
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass
         self.store.delete_in(partition, key)
-        await self._send_changelog(partition, key, None)
+        sent = await self._send_changelog(partition, key, None)
+        sent.add_done_callback(self._persist_tombstone)
         return True

@@ -30,6 +30,9 @@ class FakeStates:
         self.changelog.append(future)
         return [future]
 
+    def persist(self, records: list[Any]) -> None:
+        self.log.append("offsets persisted")
+
 
 def message(offset: int) -> Any:
     return SimpleNamespace(offset=offset)
@@ -72,6 +75,7 @@ def test_finish_waits_for_each_step_before_the_next() -> None:
         "verdict 1 acknowledged",
         "write states",
         "states acknowledged",
+        "offsets persisted",
         "ack 1",
         "ack 2",
     ]
@@ -140,7 +144,8 @@ def test_checkpoints_finish_in_order_and_snapshot_when_closed() -> None:
         return log, finished
 
     log, finished = asyncio.run(scenario())
-    first, second = ["write states", "states acknowledged", "ack 1"], ["write states", "states acknowledged", "ack 2"]
+    first = ["write states", "states acknowledged", "offsets persisted", "ack 1"]
+    second = ["write states", "states acknowledged", "offsets persisted", "ack 2"]
     assert log == ["snapshot", "snapshot", "verdict 2 acknowledged", "verdict 1 acknowledged", *first, *second]
     assert finished == [1, 1]
 
@@ -160,4 +165,4 @@ def test_an_open_checkpoint_closes_after_the_flush_interval() -> None:
         runner.cancel()
         return log
 
-    assert asyncio.run(scenario()) == ["snapshot", "write states", "states acknowledged", "ack 7"]
+    assert asyncio.run(scenario()) == ["snapshot", "write states", "states acknowledged", "offsets persisted", "ack 7"]

@@ -33,12 +33,16 @@ class FakeProducer:
 
     refuse: set[str] = field(default_factory=set)
     sent: list[tuple[str, bytes | None, asyncio.Future[Any]]] = field(default_factory=list)
+    partitions: list[int | None] = field(default_factory=list)  # of each send in ``sent``
 
-    async def send(self, topic: str, key: bytes | None, value: bytes | None, *args: Any, **kwargs: Any) -> Any:
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, *args: Any, **kw: Any
+    ) -> Any:
         if topic in self.refuse:
             raise ValueError("MessageSizeTooLargeError: the message is too large")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.sent.append((topic, value, future))
+        self.partitions.append(partition)
         return future
 
 
@@ -47,15 +51,19 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.rows: dict[tuple[int, bytes], bytes] = {}
+        self.writes: list[tuple[int, int]] = []  # (partition, values) of each write
+        self.persisted: list[tuple[Any, int]] = []
 
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         return self.rows.get((partition, key))
 
-    def put_in(self, partition: int, key: bytes, value: bytes) -> None:
-        self.rows[(partition, key)] = value
+    def write_in(self, partition: int, items: list[tuple[bytes, bytes]]) -> None:
+        self.writes.append((partition, len(items)))
+        for key, value in items:
+            self.rows[(partition, key)] = value
 
     def set_persisted_offset(self, tp: Any, offset: int) -> None:
-        pass
+        self.persisted.append((tp, offset))
 
 
 def make_processor(producer: FakeProducer, settings: Settings = SETTINGS) -> Processor:
@@ -141,6 +149,45 @@ def test_a_finished_checkpoint_is_freed_without_the_cycle_collector() -> None:
         assert event_gone() is None, "the event was freed as soon as its checkpoint was"
     finally:
         gc.enable()
+
+
+def test_a_checkpoint_writes_each_partition_at_once_and_persists_its_highest_changelog_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One RocksDB write per partition (per slice of WRITES_PER_YIELD runs), and
+    one persisted changelog offset per partition: the highest acknowledged."""
+    monkeypatch.setattr("streams.worker.store.WRITES_PER_YIELD", 3)
+    runs = [(0, b"a"), (1, b"b"), (0, b"c"), (0, b"d"), (0, b"e")]
+
+    async def scenario() -> FakeStore:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        for offset, (partition, key) in enumerate(runs):
+            event = CALL.replace(b'"r1"', b'"' + key + b'"') % 1
+            await processor.take(SimpleNamespace(**{**vars(message(event, key, offset)), "partition": partition}))
+        processor.checkpoints.close()
+        checkpoint = processor.checkpoints.closed.popleft()
+        finishing = asyncio.ensure_future(finish(checkpoint, processor.states, processor._ack))
+        next_offset = {0: 10, 1: 20}
+        while not finishing.done():
+            for (topic, _value, future), partition in zip(producer.sent, producer.partitions, strict=True):
+                if future.done():
+                    continue
+                if topic == "runs-changelog":
+                    future.set_result(
+                        SimpleNamespace(topic_partition=(topic, partition), offset=next_offset[partition])
+                    )
+                    next_offset[partition] += 1
+                else:
+                    future.set_result(None)
+            await asyncio.sleep(0)
+        finishing.result()
+        return processor.states.store
+
+    store = asyncio.run(scenario())
+    assert sorted(store.writes) == [(0, 1), (0, 3), (1, 1)]
+    assert {key for _, key in store.rows} == {key for _, key in runs}
+    assert sorted(store.persisted) == [(("runs-changelog", 0), 13), (("runs-changelog", 1), 20)]
 
 
 def test_a_run_starts_from_its_stored_state() -> None:
