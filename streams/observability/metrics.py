@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -238,6 +238,12 @@ class WorkerMetrics(Metrics):
             "From the gateway's publish of an event (its `ts`, seconds since the epoch) to the worker's send of "
             "its verdict; events without a numeric `ts`, or stamped later than the worker's clock, are left out.",
             buckets=VERDICT_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.fetch_held = Gauge(
+            "loopwarden_fetch_held",
+            "1 while the broker holds each fetch of events to fill it (--fetch-hold: events stream in), "
+            "0 while a fetch is answered at its first event.",
             registry=registry,
         )
         self._owned = _Owned(ownership or Ownership())

@@ -73,6 +73,8 @@ class WorkerApp(faust.App):
     (``loopwarden://``, streams/worker/transport.py) feeds the events topic to."""
 
     intake: Processor | None = None
+    #: ``--fetch-hold`` in seconds (transport.FetchPacer); 0: never held.
+    fetch_hold = 0.0
     # Faust's own lines stay under the faust logger (held at --faust-loglevel);
     # mode would otherwise name a subclass's logger after this module.
     logger = logging.getLogger("faust.loopwarden.app")
@@ -162,6 +164,7 @@ def create_app(
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
     app.intake = processor
+    app.fetch_hold = settings.fetch_hold
 
     async def process() -> None:
         settle_gc()

@@ -91,6 +91,10 @@ class Processor:
         self._drained.clear()
         return self._drained.wait()
 
+    def fetches_held(self, held: bool) -> None:
+        self.metrics.fetch_held.set(held)
+        log.debug("fetches %s", "held" if held else "released", extra={"fields": {"event": "fetch_hold", "held": held}})
+
     async def run(self) -> None:
         """Take every fed event in order, for as long as the worker runs.
 

@@ -109,6 +109,7 @@ class Settings:
     flush_interval: float = 0.25
     max_in_flight: int = 20000
     linger_ms: int = 5
+    fetch_hold: float = 0.002
     max_event_bytes: int = 1024 * 1024
     session_timeout: float = 30.0
     heartbeat_interval: float = 3.0
@@ -264,6 +265,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.linger_ms / 1000,
         help=f"producer batching delay for verdicts (default {DEFAULTS.linger_ms}ms; 0 sends at once at a CPU cost)",
     )
+    _duration_option(
+        parser,
+        "--fetch-hold",
+        "fetch_hold",
+        "while events stream in (two or more per hold), the broker holds each fetch up to this long to fill it: "
+        "fewer, fuller fetches; 0 never holds",
+    )
     parser.add_argument(
         "--max-event-bytes",
         type=positive_int,
@@ -331,6 +339,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         flush_interval=args.flush_interval,
         max_in_flight=args.max_in_flight,
         linger_ms=int(round(args.linger * 1000)),
+        fetch_hold=args.fetch_hold,
         max_event_bytes=args.max_event_bytes,
         session_timeout=args.session_timeout,
         heartbeat_interval=args.heartbeat_interval,
@@ -382,6 +391,8 @@ def worker_argv(settings: Settings) -> list[str]:
         str(settings.max_in_flight),
         "--linger",
         f"{settings.linger_ms}ms",
+        "--fetch-hold",
+        format_duration(settings.fetch_hold),
         "--max-event-bytes",
         str(settings.max_event_bytes),
         "--session-timeout",

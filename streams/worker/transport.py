@@ -54,6 +54,7 @@ from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
+from mode.utils.objects import cached_property
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
@@ -61,6 +62,51 @@ SCHEME = "loopwarden"
 # Faust's own lines stay under the faust logger (held at --faust-loglevel);
 # mode would otherwise name a subclass's logger after this module.
 faust_log = logging.getLogger("faust.loopwarden.transport")
+
+
+#: A held fetch is answered early once this much has arrived (about fifty
+#: tool calls): by then it is worth its round trip.
+HOLD_MIN_BYTES = 16 * 1024
+#: How long an unheld fetch waits for its first record: Faust's wait.
+LONG_POLL_MS = 1500
+
+
+class FetchPacer:
+    """Whether the broker should hold the fetches of events, from how fast they arrive.
+
+    Faust's fetches ask for one byte: each is answered as soon as one record
+    is there, so at a few thousand calls a second nearly every fetch carries a
+    few events, and the fetch requests, their responses and the fetch loop's
+    trips cost more of the loop than the events (bench/README.md, "Decision
+    latency"). A held fetch (``HOLD_MIN_BYTES``, up to ``hold``) gathers what
+    arrives meanwhile. Idle, though, a held fetch comes back empty every
+    ``hold``: so fetches are held only while events arrive at two or more per
+    hold, and released below one per hold, measured over ``window``.
+    """
+
+    def __init__(self, hold: float, window: float = 0.25) -> None:
+        self.hold = hold
+        self.window = window
+        self.held = False
+        self._since: float | None = None
+        self._count = 0
+
+    def observe(self, records: int, now: float) -> bool | None:
+        """Count ``records`` fetched at ``now`` (monotonic seconds); the new
+        held state when this changes it, else None."""
+        if self._since is None:
+            self._since = now
+        self._count += records
+        elapsed = now - self._since
+        if self.hold <= 0 or elapsed < self.window:
+            return None
+        per_hold = self._count / elapsed * self.hold
+        self._since, self._count = now, 0
+        held = per_hold >= 2 or (self.held and per_hold >= 1)
+        if held == self.held:
+            return None
+        self.held = held
+        return held
 
 
 class Intake(Protocol):
@@ -74,6 +120,9 @@ class Intake(Protocol):
 
     def room(self) -> Awaitable[None] | None:
         """None when more may be fed now, else an awaitable that waits for room."""
+
+    def fetches_held(self, held: bool) -> None:
+        """The consumer began (True) or stopped holding fetches (``FetchPacer``)."""
 
 
 class LoopConsumer(driver.AIOKafkaConsumerThread):
@@ -120,6 +169,15 @@ class LoopConsumer(driver.AIOKafkaConsumerThread):
         # the children, futures and exit stacks), run here by ``stop``.
         await self._shutdown_thread()
 
+    def hold_fetches(self, hold: float) -> None:
+        """Let the broker hold each fetch sent from now on up to ``hold``
+        seconds to fill it (``FetchPacer``); 0: answer at the first record."""
+        fetcher = self._consumer._fetcher  # created when the consumer started, before any fetch
+        if hold > 0:
+            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = HOLD_MIN_BYTES, max(1, round(hold * 1000))
+        else:
+            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = 1, LONG_POLL_MS
+
     async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
         records = await super()._fetch_records(*args, **kwargs)
         self.polled_at = time.time()
@@ -138,6 +196,10 @@ class Consumer(driver.Consumer):
 
     logger = faust_log
     acked_since_commit = 0
+
+    @cached_property
+    def pacer(self) -> FetchPacer:
+        return FetchPacer(getattr(self.app, "fetch_hold", 0.0))
 
     def _new_consumer_thread(self) -> LoopConsumer:
         return LoopConsumer(self, loop=self.loop, beacon=self.beacon)
@@ -193,6 +255,7 @@ class Consumer(driver.Consumer):
         track = self.track_message
         suspended = self.suspend_flow
         commit_every = self.app.conf.broker_commit_every
+        pacer = self.pacer
         try:
             while not (self.should_stop or fetcher.should_stop):
                 room = intake.room()
@@ -225,6 +288,10 @@ class Consumer(driver.Consumer):
                     read_offset[tp] = offset
                 if batch:
                     intake.feed(batch, self._thread.polled_at)
+                held = pacer.observe(len(batch), time.monotonic())
+                if held is not None:
+                    cast(LoopConsumer, self._thread).hold_fetches(pacer.hold if held else 0.0)
+                    intake.fetches_held(held)
                 if commit_every is not None and self.acked_since_commit >= commit_every:
                     self.acked_since_commit = 0
                     await self.commit()

@@ -15,7 +15,7 @@ from streams.tools.broker import free_port
 
 from builders import unknown_tool_blocks
 from emulated_worker import RealWorker, make_topics
-from helpers import FleetStage, names, produce
+from helpers import FleetStage, make_trace, names, produce
 from schemas.codec import encode_verdict
 from schemas.verdicts import Verdict
 from streams.worker.settings import Topics
@@ -134,3 +134,39 @@ def test_fleet_stage_serves_metrics(broker, tmp_path):
     assert total(values, "loopwarden_fleet_verdicts_total") == 4
     assert values['loopwarden_fleet_verdicts_total{decision="block"}'] == 4
     assert values["loopwarden_fleet_bad_verdicts_total"] == 1
+
+
+def test_fetches_are_held_while_events_stream_in_and_released_after(broker, tmp_path):
+    """``loopwarden_fetch_held`` follows the stream: 1 while events arrive at two
+    or more per --fetch-hold, 0 once they stop (the worker's own fetches, on a real broker)."""
+    topics = make_topics(broker.bootstrap)
+    port = free_port()
+    lines = make_trace(400, 30)  # 12,000 events
+    producer = kafka_clients.producer(broker.bootstrap, acks=1)
+    with RealWorker(broker.bootstrap, topics, tmp_path, "--fetch-hold", "50ms", "--web-port", str(port)) as worker:
+        assert wait_for(lambda: answers(port), worker), worker.log_tail()
+        assert samples(scrape(port)[2])["loopwarden_fetch_held"] == 0
+
+        held = []
+        for start in range(0, len(lines), 20):  # about 20 events per 10 ms: 40 per 50 ms hold
+            for line in lines[start : start + 20]:
+                producer.send(topics["events"], key=json.loads(line)["run_id"].encode(), value=line)
+            producer.flush()
+            time.sleep(0.01)
+            if start % 400 == 0:
+                held.append(samples(scrape(port)[2])["loopwarden_fetch_held"])
+            if held and held[-1] == 1:
+                break
+        producer.close()
+        assert held[-1] == 1, f"never held while streaming: {held}\n{worker.log_tail()}"
+        assert wait_for(lambda: samples(scrape(port)[2])["loopwarden_fetch_held"] == 0, worker), worker.log_tail()
+
+
+def wait_for(check, worker, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert worker.alive(), worker.log_tail()
+        if check():
+            return True
+        time.sleep(0.25)
+    return False

@@ -66,6 +66,8 @@ def test_worker_argv_reproduces_every_setting() -> None:
         "900",
         "--linger",
         "0",
+        "--fetch-hold",
+        "5ms",
         "--ttl",
         "2h",
         "--standby-replicas",
@@ -80,3 +82,4 @@ def test_worker_argv_reproduces_every_setting() -> None:
     again = parse(*worker_argv(settings))
     assert again == settings
     assert (again.batch_size, again.flush_interval, again.max_in_flight) == (500, 0.075, 900)
+    assert again.fetch_hold == 0.005
