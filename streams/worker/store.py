@@ -64,9 +64,6 @@ class RunStore(RocksDBStore):
     def get_in(self, partition: int, key: bytes) -> bytes | None:
         return self._db_for_partition(partition).get(key)
 
-    def put_in(self, partition: int, key: bytes, value: bytes) -> None:
-        self._db_for_partition(partition).put(key, value)
-
     def write_in(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Put many values in one RocksDB write: one log record for all of
         them, where a put each cost about twice the CPU (bench/README.md)."""

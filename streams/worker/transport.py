@@ -24,6 +24,9 @@ differ from the driver it extends:
   latency"). A seek to the committed offsets holds the fetch loop until it
   is done (``Consumer.perform_seek``), so that nothing fetched meanwhile is
   taken and then read again.
+- **Held fetches.** While events stream in, the broker is asked to hold
+  each fetch up to ``--fetch-hold`` to fill it (``FetchPacer``); idle, a
+  fetch waits for its first event, as Faust's do.
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
@@ -38,8 +41,12 @@ thread class for everything aiokafka is asked, and replaces only how it is
 run: mode's ``ServiceThread.start``, ``call_thread`` and the thread's
 shutdown sequence (``_shutdown_thread``, run from ``_stop_children``). It
 tells when its last poll returned (for ``--trace-stages``) from
-``_fetch_records``, read through the consumer's ``_thread``. Those are the
-only non-public members used; a Faust or mode upgrade must re-check them.
+``_fetch_records``, read through the consumer's ``_thread``. The fetch hold
+sets the two values aiokafka's fetcher puts in each fetch request
+(``_fetch_min_bytes`` and ``_fetch_max_wait_ms`` of the consumer's
+``_fetcher``), which aiokafka offers only as constructor arguments. Those are
+the only non-public members used; a Faust, mode or aiokafka upgrade must
+re-check them.
 """
 
 from __future__ import annotations
