@@ -115,6 +115,10 @@ def format_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+#: How long the brokers may hold an audit's fetch for data.
+FETCH_WAIT_MS = 100
+
+
 def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
     try:
         return kafka_clients.consumer(
@@ -123,7 +127,7 @@ def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
             client_id=client_id,
             group_id=None,  # no group: never joins, rebalances or commits
             enable_auto_commit=False,
-            fetch_max_wait_ms=100,
+            fetch_max_wait_ms=FETCH_WAIT_MS,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
     except Exception as exc:
@@ -142,13 +146,33 @@ def kafka_refusals() -> Iterator[None]:
         raise AuditError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _partitions(consumer: Any, topic: str) -> list[Any]:
+def _partitions(consumer: Any, topic: str, security: KafkaSecurity) -> list[Any]:
+    """The topic's partitions, once the brokers have let this user read them."""
     from kafka import TopicPartition
 
     parts = consumer.partitions_for_topic(topic)
     if not parts:
         raise AuditError(f"topic {topic!r} does not exist")
-    return [TopicPartition(topic, p) for p in sorted(parts)]
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    _check_readable(consumer, tps, security)
+    return tps
+
+
+def _check_readable(consumer: Any, tps: list[Any], security: KafkaSecurity) -> None:
+    """Fetch once from the end of ``tps``. The brokers refuse a read the ACLs
+    do not allow only in a fetch, and a range with nothing in it is never
+    fetched: without this, a user who may not read an empty topic was told
+    that all 0 of its verdicts matched."""
+    from kafka.errors import TopicAuthorizationFailedError
+
+    consumer.assign(tps)
+    consumer.seek_to_end(*tps)
+    try:
+        consumer.poll(timeout_ms=FETCH_WAIT_MS * 3, max_records=1)
+    except TopicAuthorizationFailedError:
+        raise AuditError(kafka_clients.not_authorized(f"read topic {tps[0].topic}", security)) from None
+    finally:
+        consumer.unsubscribe()
 
 
 def start_offsets(consumer: Any, tps: list[Any], start_ms: int | None) -> dict[Any, int]:
@@ -397,8 +421,8 @@ def run_audit(
     """Recompute and compare; `since_ms=None` means from the beginning."""
     consumer = _consumer(bootstrap, "loopwarden-audit", security)
     try:
-        event_tps = _partitions(consumer, events_topic)
-        decision_tps = _partitions(consumer, decisions_topic)
+        event_tps = _partitions(consumer, events_topic, security)
+        decision_tps = _partitions(consumer, decisions_topic, security)
         ends = dict(consumer.end_offsets(event_tps))
         starts = start_offsets(consumer, event_tps, since_ms)
         whole = {tp.partition for tp in event_tps if starts[tp] == 0}

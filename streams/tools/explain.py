@@ -262,14 +262,14 @@ def from_topics(
     consumer = _consumer(bootstrap, "loopwarden-explain", security)
     key = run_id.encode()
     try:
-        tps = _partitions(consumer, events_topic)
+        tps = _partitions(consumer, events_topic, security)
         events = [
             (f"p{r.partition}@{r.offset}", r.value)
             for r in read_range(consumer, dict(consumer.beginning_offsets(tps)), dict(consumer.end_offsets(tps)), key)
         ]
         published: dict[int, list[Verdict]] = {}
         try:
-            d_tps = _partitions(consumer, decisions_topic)
+            d_tps = _partitions(consumer, decisions_topic, security)
         except Exception:
             return events, published
         ranges = (dict(consumer.beginning_offsets(d_tps)), dict(consumer.end_offsets(d_tps)))

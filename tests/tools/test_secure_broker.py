@@ -209,6 +209,28 @@ def test_tail_refused_a_topic_says_so_at_once(secure_broker, role: str, topic: s
     )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["audit", "--since", "0s"],  # nothing since now: a range with nothing to fetch
+        ["explain", "no-such-run"],
+    ],
+)
+def test_audit_and_explain_refused_even_with_nothing_to_read(secure_broker, command: list[str]) -> None:
+    """The gateway may not read the events topic: said at once, not "all 0 match"."""
+    done = subprocess.run(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', secrets(secure_broker) / "gateway.env", *LOOPWARDEN, *command],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"loopwarden {command[0]}: not authorized to read topic {EVENTS_TOPIC}: the ACLs of user gateway do not allow it\n"
+    )
+
+
 def test_the_worker_cannot_forge_events(secure_broker) -> None:
     with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
         _send(secure_broker, "worker", EVENTS_TOPIC)
