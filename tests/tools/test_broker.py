@@ -58,7 +58,6 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:
     consumer = kafka_clients.consumer(
         bootstrap,
-        topic,
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -69,6 +68,13 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> l
         # joined a poll can return at once, and on a loaded machine the join
         # can outlast any fixed count of them.
         deadline = time.monotonic() + 60
+        # Subscribed only once the client knows the topic's partitions: a
+        # group leader that joins before its metadata has them assigns nothing,
+        # and notices only at its next metadata refresh (5 minutes); seen
+        # right after a broker restart.
+        while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        consumer.subscribe([topic])
         while len(got) < count and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=200).values():
                 got.extend(r.value for r in records)
