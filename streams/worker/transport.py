@@ -82,13 +82,13 @@ class FetchPacer:
     """Whether the broker should hold the fetches of events, from how fast they arrive.
 
     Faust's fetches ask for one byte: each is answered as soon as one record
-    is there, so at a few thousand calls a second nearly every fetch carries a
-    few events, and the fetch requests, their responses and the fetch loop's
-    trips cost more of the loop than the events (bench/README.md, "Decision
-    latency"). A held fetch (``HOLD_MIN_BYTES``, up to ``hold``) gathers what
-    arrives meanwhile. Idle, though, a held fetch comes back empty every
-    ``hold``: so fetches are held only while events arrive at two or more per
-    hold, and released below one per hold, measured over ``window``.
+    is there, so at a few hundred events a second nearly every fetch carries
+    one or two, each paying for a fetch request, its response and a trip
+    through the fetch loop. A held fetch (``HOLD_MIN_BYTES``, up to ``hold``)
+    gathers what arrives meanwhile: less CPU per event, a longer median wait
+    (bench/README.md, "Held fetches"). Idle, though, a held fetch comes back
+    empty every ``hold``: so fetches are held only while events arrive at two
+    or more per hold, and released below one per hold, measured over ``window``.
     """
 
     def __init__(self, hold: float, window: float = 0.25) -> None:
