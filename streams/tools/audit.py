@@ -158,6 +158,11 @@ def _partitions(consumer: Any, topic: str, security: KafkaSecurity) -> list[Any]
     return tps
 
 
+def read_refused(topic: str, security: KafkaSecurity) -> AuditError:
+    """A read the ACLs refuse, as audit, explain and tail report it."""
+    return AuditError(kafka_clients.not_authorized(f"read topic {topic}", security))
+
+
 def _check_readable(consumer: Any, tps: list[Any], security: KafkaSecurity) -> None:
     """Fetch once from the end of ``tps``. The brokers refuse a read the ACLs
     do not allow only in a fetch, and a range with nothing in it is never
@@ -170,7 +175,7 @@ def _check_readable(consumer: Any, tps: list[Any], security: KafkaSecurity) -> N
     try:
         consumer.poll(timeout_ms=FETCH_WAIT_MS * 3, max_records=1)
     except TopicAuthorizationFailedError:
-        raise AuditError(kafka_clients.not_authorized(f"read topic {tps[0].topic}", security)) from None
+        raise read_refused(tps[0].topic, security) from None
     finally:
         consumer.unsubscribe()
 

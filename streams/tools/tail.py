@@ -85,6 +85,7 @@ def tail(
     from kafka import TopicPartition
     from kafka.errors import TopicAuthorizationFailedError
 
+    from streams.tools.audit import read_refused
     from streams.worker.topics import TopicNotAuthorized, describe_partitions
 
     started = time.monotonic()
@@ -94,7 +95,7 @@ def tail(
         # partitions until the timeout; asking the admin API tells at once.
         describe_partitions(bootstrap, [topic], security=security)
     except TopicNotAuthorized:
-        raise _refused(topic, security) from None
+        raise read_refused(topic, security) from None
     consumer = _consumer(bootstrap, security)
     printed = 0
     seen: set[tuple[str, int]] = set()
@@ -158,14 +159,7 @@ def tail(
             if max_records is not None and printed >= max_records:
                 break
     except TopicAuthorizationFailedError:  # described, but not readable
-        raise _refused(topic, security) from None
+        raise read_refused(topic, security) from None
     finally:
         consumer.close()
     return printed
-
-
-def _refused(topic: str, security: KafkaSecurity) -> Exception:
-    """A read the ACLs refuse, reported as audit and explain report theirs."""
-    from streams.tools.audit import AuditError
-
-    return AuditError(kafka_clients.not_authorized(f"read topic {topic}", security))
