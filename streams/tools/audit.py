@@ -119,21 +119,6 @@ def format_ms(ms: int) -> str:
 FETCH_WAIT_MS = 100
 
 
-def _consumer(bootstrap: str, client_id: str, security: KafkaSecurity) -> Any:
-    try:
-        return kafka_clients.consumer(
-            bootstrap,
-            security=security,
-            client_id=client_id,
-            group_id=None,  # no group: never joins, rebalances or commits
-            enable_auto_commit=False,
-            fetch_max_wait_ms=FETCH_WAIT_MS,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-    except Exception as exc:
-        raise AuditError(f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}: {exc}") from None
-
-
 @contextlib.contextmanager
 def kafka_refusals() -> Iterator[None]:
     """A read the brokers refuse (an ACL, a topic gone) as an AuditError
@@ -146,84 +131,122 @@ def kafka_refusals() -> Iterator[None]:
         raise AuditError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _partitions(consumer: Any, topic: str, security: KafkaSecurity) -> list[Any]:
-    """The topic's partitions, once the brokers have let this user read them."""
-    from kafka import TopicPartition
-
-    parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        raise AuditError(f"topic {topic!r} does not exist")
-    tps = [TopicPartition(topic, p) for p in sorted(parts)]
-    _check_readable(consumer, tps, security)
-    return tps
-
-
 def read_refused(topic: str, security: KafkaSecurity) -> AuditError:
     """A read the ACLs refuse, as audit, explain and tail report it."""
     return AuditError(kafka_clients.not_authorized(f"read topic {topic}", security))
 
 
-def _check_readable(consumer: Any, tps: list[Any], security: KafkaSecurity) -> None:
-    """Fetch once from the end of ``tps``. The brokers refuse a read the ACLs
-    do not allow only in a fetch, and a range with nothing in it is never
-    fetched: without this, a user who may not read an empty topic was told
-    that all 0 of its verdicts matched."""
-    from kafka.errors import TopicAuthorizationFailedError
+class TopicReader:
+    """Ranges of topics read by manual assignment (`group_id=None`: it never
+    joins, rebalances or commits), for audit and explain.
 
-    consumer.assign(tps)
-    consumer.seek_to_end(*tps)
-    try:
-        consumer.poll(timeout_ms=FETCH_WAIT_MS * 3, max_records=1)
-    except TopicAuthorizationFailedError:
-        raise read_refused(tps[0].topic, security) from None
-    finally:
-        consumer.unsubscribe()
+    The brokers refuse a read the ACLs do not allow only in a fetch, and a
+    range with nothing in it is never fetched: so a topic is fetched once
+    from its end when its first range to read is empty. Without that, a user
+    who may not read an empty topic was told that all 0 of its verdicts
+    matched. Every refusal becomes `read_refused`."""
 
-
-def start_offsets(consumer: Any, tps: list[Any], start_ms: int | None) -> dict[Any, int]:
-    """Offset of the first record at or after `start_ms` per partition (the
-    end offset when there is none); the log start for None."""
-    if start_ms is None:
-        return dict(consumer.beginning_offsets(tps))
-    found = consumer.offsets_for_times({tp: max(0, start_ms) for tp in tps})
-    ends = consumer.end_offsets(tps)
-    return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
-
-
-def read_range(
-    consumer: Any,
-    starts: dict[Any, int],
-    ends: dict[Any, int],
-    key: bytes | None = None,
-    idle_timeout: float = 30.0,
-) -> Iterator[Record]:
-    """Every record from `starts` up to (not including) `ends`, by manual
-    assignment; with `key`, only that key's records (filtered before decoding)."""
-    todo = [tp for tp in starts if starts[tp] < ends[tp]]
-    if not todo:
-        return
-    consumer.assign(todo)
-    for tp in todo:
-        consumer.seek(tp, starts[tp])
-    pending = set(todo)
-    last_progress = time.monotonic()
-    while pending:
-        batch = consumer.poll(timeout_ms=200, max_records=5000)
-        for tp, records in batch.items():
-            for r in records:
-                if r.offset >= ends[tp]:
-                    break
-                if key is None or r.key == key:
-                    yield Record(tp.partition, r.offset, r.timestamp, r.key, r.value)
-        if batch:
-            last_progress = time.monotonic()
-        for tp in list(pending):
-            if consumer.position(tp) >= ends[tp]:
-                pending.discard(tp)
-        if pending and time.monotonic() - last_progress > idle_timeout:
-            raise AuditError(
-                f"no progress reading {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)} for {idle_timeout:.0f}s"
+    def __init__(self, bootstrap: str, client_id: str, security: KafkaSecurity) -> None:
+        self.security = security
+        self._readable: set[str] = set()  # topics a fetch has been answered for
+        try:
+            self.consumer = kafka_clients.consumer(
+                bootstrap,
+                security=security,
+                client_id=client_id,
+                group_id=None,
+                enable_auto_commit=False,
+                fetch_max_wait_ms=FETCH_WAIT_MS,
+                max_partition_fetch_bytes=4 * 1024 * 1024,
             )
+        except Exception as exc:
+            raise AuditError(f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}: {exc}") from None
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.consumer.close()
+
+    def partitions(self, topic: str) -> list[Any]:
+        from kafka import TopicPartition
+
+        parts = self.consumer.partitions_for_topic(topic)
+        if not parts:
+            raise AuditError(f"topic {topic!r} does not exist")
+        return [TopicPartition(topic, p) for p in sorted(parts)]
+
+    def beginnings(self, tps: list[Any]) -> dict[Any, int]:
+        return dict(self.consumer.beginning_offsets(tps))
+
+    def ends(self, tps: list[Any]) -> dict[Any, int]:
+        return dict(self.consumer.end_offsets(tps))
+
+    def starts(self, tps: list[Any], start_ms: int | None) -> dict[Any, int]:
+        """Offset of the first record at or after `start_ms` per partition (the
+        end offset when there is none); the log start for None."""
+        if start_ms is None:
+            return self.beginnings(tps)
+        found = self.consumer.offsets_for_times({tp: max(0, start_ms) for tp in tps})
+        ends = self.ends(tps)
+        return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+
+    def read(
+        self, starts: dict[Any, int], ends: dict[Any, int], key: bytes | None = None, idle_timeout: float = 30.0
+    ) -> Iterator[Record]:
+        """Every record from `starts` up to (not including) `ends`; with `key`,
+        only that key's records (filtered before decoding)."""
+        from kafka.errors import TopicAuthorizationFailedError
+
+        todo = [tp for tp in starts if starts[tp] < ends[tp]]
+        topic = next(iter(starts)).topic if starts else None
+        try:
+            if not todo:
+                if topic is not None and topic not in self._readable:
+                    self._fetch_at_end(list(starts))
+                return
+            yield from self._records(todo, starts, ends, key, idle_timeout)
+        except TopicAuthorizationFailedError:
+            raise read_refused(todo[0].topic if todo else str(topic), self.security) from None
+
+    def _fetch_at_end(self, tps: list[Any]) -> None:
+        consumer = self.consumer
+        consumer.assign(tps)
+        consumer.seek_to_end(*tps)
+        try:
+            consumer.poll(timeout_ms=FETCH_WAIT_MS * 3, max_records=1)
+        finally:
+            consumer.unsubscribe()
+        self._readable.add(tps[0].topic)
+
+    def _records(
+        self, todo: list[Any], starts: dict[Any, int], ends: dict[Any, int], key: bytes | None, idle_timeout: float
+    ) -> Iterator[Record]:
+        consumer = self.consumer
+        consumer.assign(todo)
+        for tp in todo:
+            consumer.seek(tp, starts[tp])
+        pending = set(todo)
+        last_progress = time.monotonic()
+        while pending:
+            batch = consumer.poll(timeout_ms=200, max_records=5000)
+            for tp, records in batch.items():
+                self._readable.add(tp.topic)
+                for r in records:
+                    if r.offset >= ends[tp]:
+                        break
+                    if key is None or r.key == key:
+                        yield Record(tp.partition, r.offset, r.timestamp, r.key, r.value)
+            if batch:
+                last_progress = time.monotonic()
+            for tp in list(pending):
+                if consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+            if pending and time.monotonic() - last_progress > idle_timeout:
+                raise AuditError(
+                    f"no progress reading {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)} "
+                    f"for {idle_timeout:.0f}s"
+                )
 
 
 # --------------------------------------------------------------------------
@@ -424,20 +447,19 @@ def run_audit(
     security: KafkaSecurity = PLAINTEXT,
 ) -> AuditReport:
     """Recompute and compare; `since_ms=None` means from the beginning."""
-    consumer = _consumer(bootstrap, "loopwarden-audit", security)
-    try:
-        event_tps = _partitions(consumer, events_topic, security)
-        decision_tps = _partitions(consumer, decisions_topic, security)
-        ends = dict(consumer.end_offsets(event_tps))
-        starts = start_offsets(consumer, event_tps, since_ms)
+    with TopicReader(bootstrap, "loopwarden-audit", security) as reader:
+        event_tps = reader.partitions(events_topic)
+        decision_tps = reader.partitions(decisions_topic)
+        ends = reader.ends(event_tps)
+        starts = reader.starts(event_tps, since_ms)
         whole = {tp.partition for tp in event_tps if starts[tp] == 0}
         key = _key_filter(run_id)
-        recomputed = recompute(read_range(consumer, starts, ends, key), config, whole, first_seq, policy)
+        recomputed = recompute(reader.read(starts, ends, key), config, whole, first_seq, policy)
 
         # Decisions: same period, from a margin before the start point to the
         # end, then up to `wait` seconds more for verdicts still missing.
         published = Published()
-        d_starts = start_offsets(consumer, decision_tps, None if since_ms is None else since_ms - SKEW_MARGIN_MS)
+        d_starts = reader.starts(decision_tps, None if since_ms is None else since_ms - SKEW_MARGIN_MS)
         in_scope = _scope(recomputed, since_ms is None and len(whole) == len(event_tps))
 
         def take(records: Iterable[Record]) -> None:
@@ -451,8 +473,8 @@ def run_audit(
                 if in_scope(verdict):
                     published.add(verdict)
 
-        d_ends = dict(consumer.end_offsets(decision_tps))
-        take(read_range(consumer, d_starts, d_ends, key))
+        d_ends = reader.ends(decision_tps)
+        take(reader.read(d_starts, d_ends, key))
         started = time.monotonic()
         waited = 0.0
         while wait > 0 and not recomputed.expected.keys() <= published.verdicts.keys():
@@ -460,12 +482,10 @@ def run_audit(
             if waited >= wait:
                 break
             time.sleep(min(0.5, wait - waited))
-            new_ends = dict(consumer.end_offsets(decision_tps))
-            take(read_range(consumer, d_ends, new_ends, key))
+            new_ends = reader.ends(decision_tps)
+            take(reader.read(d_ends, new_ends, key))
             d_ends = new_ends
         mismatches = compare(recomputed.expected, published.verdicts)
-    finally:
-        consumer.close()
     window = "from the beginning" if since_ms is None else f"since {format_ms(since_ms)}"
     return AuditReport(
         window, events_topic, decisions_topic, recomputed, published, mismatches, round(waited, 1), run_id

@@ -257,23 +257,20 @@ def from_topics(
 ) -> tuple[list[tuple[str, bytes]], dict[int, list[Verdict]]]:
     """The run's events (by message key) and its published verdicts, read
     by manual assignment without a consumer group."""
-    from streams.tools.audit import _consumer, _partitions, read_range
+    from streams.tools.audit import TopicReader
 
-    consumer = _consumer(bootstrap, "loopwarden-explain", security)
     key = run_id.encode()
-    try:
-        tps = _partitions(consumer, events_topic, security)
+    with TopicReader(bootstrap, "loopwarden-explain", security) as reader:
+        tps = reader.partitions(events_topic)
         events = [
-            (f"p{r.partition}@{r.offset}", r.value)
-            for r in read_range(consumer, dict(consumer.beginning_offsets(tps)), dict(consumer.end_offsets(tps)), key)
+            (f"p{r.partition}@{r.offset}", r.value) for r in reader.read(reader.beginnings(tps), reader.ends(tps), key)
         ]
         published: dict[int, list[Verdict]] = {}
         try:
-            d_tps = _partitions(consumer, decisions_topic, security)
+            d_tps = reader.partitions(decisions_topic)
         except Exception:
             return events, published
-        ranges = (dict(consumer.beginning_offsets(d_tps)), dict(consumer.end_offsets(d_tps)))
-        for record in read_range(consumer, *ranges, key):
+        for record in reader.read(reader.beginnings(d_tps), reader.ends(d_tps), key):
             try:
                 verdict = decode_verdict(record.value)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -282,8 +279,6 @@ def from_topics(
             if verdict not in seen:
                 seen.append(verdict)
         return events, published
-    finally:
-        consumer.close()
 
 
 def explain_from_topics(

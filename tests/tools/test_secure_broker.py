@@ -13,7 +13,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
-from helpers import LOOPWARDEN, REPO, env_file
+from helpers import LOOPWARDEN, REPO, env_file, make_trace, produce
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.settings import FLEET_APP_ID
 from streams import kafka_clients
@@ -210,14 +210,25 @@ def test_tail_refused_a_topic_says_so_at_once(secure_broker, role: str, topic: s
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("command", "events_first"),
     [
-        ["audit", "--since", "0s"],  # nothing since now: a range with nothing to fetch
-        ["explain", "no-such-run"],
+        (["audit", "--since", "0s"], False),  # nothing since now: a range with nothing to fetch
+        (["explain", "no-such-run"], False),
+        (["audit", "--from-beginning"], True),  # refused in the read itself
+        (["explain", "refused-0000"], True),
     ],
 )
-def test_audit_and_explain_refused_even_with_nothing_to_read(secure_broker, command: list[str]) -> None:
-    """The gateway may not read the events topic: said at once, not "all 0 match"."""
+def test_audit_and_explain_refused_with_or_without_something_to_read(
+    secure_broker, command: list[str], events_first: bool
+) -> None:
+    """The gateway may not read the events topic: said at once, not "all 0 match" nor a traceback."""
+    if events_first:
+        produce(
+            secure_broker.bootstrap,
+            EVENTS_TOPIC,
+            make_trace(1, 3, prefix="refused"),
+            security=secure_broker.security("gateway"),
+        )
     done = subprocess.run(
         ["bash", "-c", 'set -a; . "$0"; exec "$@"', secrets(secure_broker) / "gateway.env", *LOOPWARDEN, *command],
         capture_output=True,
