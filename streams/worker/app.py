@@ -134,6 +134,7 @@ def create_app(
         producer_linger_ms=settings.linger_ms,
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        producer_partitioner=transport.KeyPartitioner(),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
         web_host="127.0.0.1",

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from faust.types import TP
 from faust.types.tuples import Message
 
 from streams.worker.store import InFlight, Slot
@@ -63,10 +64,11 @@ class States(Protocol):
     def snapshot(self, checkpoint: Checkpoint) -> None:
         """Encode the states the checkpoint changed, as they are when it closes."""
 
-    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
-        """Write the snapshots; the futures of their changelog records."""
+    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[tuple[TP, int]]]:
+        """Write the snapshots; what their changelog records' acknowledgements give:
+        (partition, offset of a batch's last record)."""
 
-    def persist(self, records: list[Any]) -> None:
+    def persist(self, records: list[tuple[TP, int]]) -> None:
         """Record the changelog offsets the acknowledged records reached."""
 
 

@@ -95,11 +95,12 @@ class RunStates:
     """The in-flight overlay over the runs table, the table's writes and its TTL sweep.
 
     A write puts the value into the partition's RocksDB and sends it to the
-    table's changelog topic on the same partition. The changelog message is
-    sent straight to the producer rather than through ``table[key] = value``,
-    whose buffer is drained one message at a time and, above 100 waiting
-    messages, stalls the consumer; the changelog offset is recorded in RocksDB
-    on acknowledgement exactly as Faust does, so recovery resumes from it.
+    table's changelog topic on the same partition. The changelog records go
+    to the producer a record batch at a time (``Producer.send_records``)
+    rather than through ``table[key] = value``, whose buffer is drained one
+    message at a time and, above 100 waiting messages, stalls the consumer;
+    the changelog offset is recorded in RocksDB on acknowledgement exactly as
+    Faust does, so recovery resumes from it.
     """
 
     def __init__(self, app: faust.App, table: Any, metrics: WorkerMetrics) -> None:
@@ -189,9 +190,9 @@ class RunStates:
         stored.state = RunState(last_seq=stored.state.last_seq)
         return encode_stored(stored)
 
-    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[Any]]:
+    async def write(self, checkpoint: Checkpoint) -> list[Awaitable[tuple[TP, int]]]:
         """Write the checkpoint's snapshots, a partition's in one RocksDB
-        write per slice; return the changelog sends' futures.
+        write and one changelog send per slice; return the sends' awaitables.
         Runs no later checkpoint took an event of leave the overlay: the table has them now."""
         by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
         for partition, key, data in checkpoint.snapshots:
@@ -201,8 +202,7 @@ class RunStates:
             for start in range(0, len(items), WRITES_PER_YIELD):
                 chunk = items[start : start + WRITES_PER_YIELD]
                 self.store.write_in(partition, chunk)
-                for key, data in chunk:
-                    written.append(await self._send_changelog(partition, key, data))
+                written += await self.app.producer.send_records(self.changelog, partition, chunk)
                 await asyncio.sleep(0)  # new events get their verdicts meanwhile
         live = self.live
         for slot, touched in checkpoint.touched.items():
@@ -217,27 +217,24 @@ class RunStates:
                     del live[slot]
         return written
 
-    def persist(self, records: Sequence[Any]) -> None:
-        """Record how far the changelog holds what the table holds (the
-        metadata of acknowledged changelog records): recovery resumes from
+    def persist(self, records: Sequence[tuple[TP, int]]) -> None:
+        """Record how far the changelog holds what the table holds ((partition,
+        offset) of acknowledged changelog records): recovery resumes from
         there, as from Faust's own writes. Once per partition, at its highest offset."""
         highest: dict[TP, int] = {}
-        for record in records:
-            tp = record.topic_partition
-            if record.offset > highest.get(tp, -1):
-                highest[tp] = record.offset
+        for tp, offset in records:
+            if offset > highest.get(tp, -1):
+                highest[tp] = offset
         for tp, offset in highest.items():
             if self.app.in_transaction:
                 self.app.tables.persist_offset_on_commit(self.store, tp, offset)
             else:
                 self.store.set_persisted_offset(tp, offset)
 
-    async def _send_changelog(self, partition: int, key: bytes, value: bytes | None) -> asyncio.Future[Any]:
-        return await self.app.producer.send(self.changelog, key, value, partition, None, None)
-
     def _persist_tombstone(self, future: asyncio.Future[Any]) -> None:
         if not future.cancelled() and future.exception() is None:
-            self.persist([future.result()])  # a failed tombstone is sent again by a later sweep
+            record = future.result()
+            self.persist([(record.topic_partition, record.offset)])  # a failed one is sent again by a later sweep
 
     # -- the TTL sweep ---------------------------------------------------------
 
@@ -293,6 +290,6 @@ class RunStates:
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass
         self.store.delete_in(partition, key)
-        sent = await self._send_changelog(partition, key, None)
+        sent = await self.app.producer.send(self.changelog, key, None, partition, None, None)
         sent.add_done_callback(self._persist_tombstone)
         return True

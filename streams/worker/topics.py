@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from schemas.topics import INCIDENTS_TOPIC
 from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka_clients import PLAINTEXT, KafkaSecurity, not_authorized
 from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
@@ -68,7 +68,7 @@ def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
         raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
 
 
-def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
+def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
     """Partition counts of the topics that exist (missing ones are left out);
     TopicError for a topic the principal may not describe, which the broker
     reports whether it exists or not."""
@@ -76,9 +76,7 @@ def partitions_of(admin, names: Iterable[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     for topic in admin.describe_topics(wanted):
         if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
-            raise TopicNotAuthorized(
-                f"not authorized to describe topic {topic['name']}: the ACLs of this user do not allow it"
-            )
+            raise TopicNotAuthorized(not_authorized(f"describe topic {topic['name']}", security))
         if topic.get("error_code", 0) == 0 and topic.get("partitions"):
             found[topic["name"]] = len(topic["partitions"])
     return found
@@ -135,7 +133,7 @@ def ensure(
     missing; describe them all, in the plan's order."""
     admin = _connected_admin(bootstrap, timeout, security)
     try:
-        existing = partitions_of(admin, [name for name, _, _ in plan])
+        existing = partitions_of(admin, [name for name, _, _ in plan], security)
         missing = {
             name: {"num_partitions": partitions, "replication_factor": replication_factor, "configs": configs}
             for name, partitions, configs in plan
@@ -152,7 +150,7 @@ def ensure(
                     message = entry.get("error_message") or f"error code {code}"
                     raise TopicError(f"cannot create topic {entry['name']}: {message}")
             admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
-            existing.update(partitions_of(admin, missing))
+            existing.update(partitions_of(admin, missing, security))
         states = []
         for name, _, _ in plan:
             if name not in existing:
@@ -188,6 +186,6 @@ def describe_partitions(
 ) -> dict[str, int]:
     admin = _connected_admin(bootstrap, timeout, security)
     try:
-        return partitions_of(admin, names)
+        return partitions_of(admin, names, security)
     finally:
         admin.close()

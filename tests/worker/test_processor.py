@@ -34,6 +34,9 @@ class FakeProducer:
     refuse: set[str] = field(default_factory=set)
     sent: list[tuple[str, bytes | None, asyncio.Future[Any]]] = field(default_factory=list)
     partitions: list[int | None] = field(default_factory=list)  # of each send in ``sent``
+    batches: list[tuple[str, int, int, asyncio.Future[Any]]] = field(
+        default_factory=list
+    )  # (topic, partition, records)
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, *args: Any, **kw: Any
@@ -44,6 +47,12 @@ class FakeProducer:
         self.sent.append((topic, value, future))
         self.partitions.append(partition)
         return future
+
+    async def send_records(self, topic: str, partition: int, records: list[tuple[bytes, bytes]]) -> list[Any]:
+        """One batch; it gives (partition, its last record's offset) once acknowledged."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.batches.append((topic, partition, len(records), future))
+        return [future]
 
 
 class FakeStore:
@@ -87,15 +96,18 @@ def call_of(run: bytes, seq: int) -> bytes:
 
 async def finish_open(processor: Processor, producer: FakeProducer) -> None:
     """Close the open checkpoint and finish it, the broker acknowledging every
-    send as it comes (changelog records at offsets counted per partition)."""
+    send and batch as it comes (changelog records at offsets counted per partition)."""
     processor.checkpoints.close()
     finishing = asyncio.ensure_future(finish(processor.checkpoints.closed.popleft(), processor.states, processor._ack))
-    next_offset: dict[int | None, int] = {}
+    next_offset: dict[int, int] = {}
     while not finishing.done():
         for (topic, _value, future), partition in zip(producer.sent, producer.partitions, strict=True):
             if not future.done():
-                offset = next_offset[partition] = next_offset.get(partition, -1) + 1
-                future.set_result(SimpleNamespace(topic_partition=(topic, partition), offset=offset))
+                future.set_result(SimpleNamespace(topic_partition=(topic, partition), offset=0))
+        for topic, partition, records, future in producer.batches:
+            if not future.done():
+                offset = next_offset[partition] = next_offset.get(partition, -1) + records
+                future.set_result(((topic, partition), offset))
         await asyncio.sleep(0)
     finishing.result()
 

@@ -1,8 +1,22 @@
-"""The fetch pacer: fetches are held while events stream in, never while they trickle or stop."""
+"""The worker's transport: the fetch pacer (fetches held while events stream
+in, never while they trickle or stop), the key partitioner and the producer's
+record batches (on a real broker)."""
 
 from __future__ import annotations
 
-from streams.worker.transport import FetchPacer
+import asyncio
+import uuid
+
+import faust
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+from faust.types import TP
+
+from streams import kafka_clients
+from streams.tools.broker import LocalBroker
+from streams.worker.topics import ensure
+from streams.worker.transport import SCHEME, FetchPacer, KeyPartitioner
+from helpers import consume
 
 
 def feed(pacer: FetchPacer, per_second: int, seconds: float, start: float, step: float = 0.01) -> list[bool]:
@@ -49,3 +63,63 @@ def test_a_rate_is_judged_over_a_whole_window() -> None:
 
 def test_a_hold_of_zero_never_holds() -> None:
     assert feed(FetchPacer(hold=0.0), 20000, 1.0, start=0.0) == []
+
+
+KEYS = [f"run-{i:04d}".encode() for i in range(400)] + [b"", b"x", "zażółć-gęślą".encode(), bytes(range(256))]
+
+
+def test_the_key_partitioner_places_every_key_where_kafka_does() -> None:
+    partitioner, default = KeyPartitioner(), DefaultPartitioner()
+    for count in (1, 3, 12, 64):
+        partitions = list(range(count))
+        for key in KEYS + KEYS:  # the second time from its memory
+            assert partitioner(key, partitions, partitions) == default(key, partitions, partitions), (key, count)
+
+
+def test_the_key_partitioner_forgets_when_full_and_still_answers_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(KeyPartitioner, "MAX_KEYS", 8)
+    partitioner, default = KeyPartitioner(), DefaultPartitioner()
+    partitions = list(range(12))
+    for key in KEYS:
+        assert partitioner(key, partitions, partitions) == default(key, partitions, partitions)
+        assert len(partitioner._hashes) <= 8
+
+
+def test_a_keyless_message_goes_to_an_available_partition() -> None:
+    assert {KeyPartitioner()(None, [0, 1, 2, 3], [2]) for _ in range(20)} == {2}
+
+
+@pytest.mark.integration
+def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(broker: LocalBroker) -> None:
+    """Records larger together than one batch go in several; each awaitable
+    gives the partition and the offset of its batch's last record."""
+    topic = f"batches-{uuid.uuid4().hex[:8]}"
+    ensure(broker.bootstrap, [(topic, 2, {})], 1)
+    records = [(f"k{i}".encode(), bytes([65 + i % 26]) * 900) for i in range(20)]
+    app = faust.App(
+        f"batches-{uuid.uuid4().hex[:8]}",
+        **kafka_clients.faust_connection(broker.bootstrap, transport=SCHEME),
+        autodiscover=False,
+        producer_max_batch_size=4096,
+    )
+
+    async def send() -> tuple[list[tuple[TP, int]], list[tuple[TP, int]]]:
+        producer = app.producer
+        await producer.start()
+        try:
+            first = await asyncio.gather(*await producer.send_records(topic, 1, records[:12]))
+            second = await asyncio.gather(*await producer.send_records(topic, 1, records[12:]))
+            return first, second
+        finally:
+            await producer.stop()
+
+    first, second = asyncio.run(send())
+    assert len(first) >= 3, "12 records of 900 bytes do not fit in one batch of 4 KiB"
+    assert {tp for tp, _ in first + second} == {TP(topic, 1)}
+    offsets = [offset for _, offset in first + second]
+    assert offsets == sorted(set(offsets))
+    assert (first[-1][1], second[-1][1]) == (11, 19)
+    landed = consume(broker.bootstrap, topic, count=20, timeout=30)
+    assert [(r.partition, r.offset, r.key, r.value) for r in landed] == [
+        (1, offset, key, value) for offset, (key, value) in enumerate(records)
+    ]
