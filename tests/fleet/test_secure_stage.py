@@ -116,7 +116,7 @@ def test_a_stage_as_the_gateway_stops_naming_the_topic_it_may_not_describe(secur
     (failed,) = stage.lines("startup_failed")
     assert failed["msg"] == (
         f"not authorized to describe topic {FLEET_APP_ID}-fingerprint-repartition: "
-        "the ACLs of this user do not allow it"
+        "the ACLs of user gateway do not allow it"
     )
     assert stage.lines("starting") == []
 
