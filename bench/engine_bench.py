@@ -63,6 +63,7 @@ from typing import Any
 import msgspec
 
 from bench.fleet_trace import generate_lines
+from bench.stats import percentile
 
 GOALS = {"precomputed": 300_000, "raw": 150_000}
 BASELINE_AT_GOALS = 500_000
@@ -231,13 +232,6 @@ def goal_text(variant: str, stage: str, entry: dict[str, Any]) -> str:
     if "scaled_goal" in entry:
         text += f"; {entry['scaled_goal_ratio']:.2f}x of {entry['scaled_goal']:,.0f}/s"
     return text
-
-
-def percentile(sorted_values: list[int], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return float(sorted_values[index])
 
 
 def timer_overhead_ns() -> float:

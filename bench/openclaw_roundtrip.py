@@ -35,15 +35,11 @@ from helpers import Worker, names  # noqa: E402
 from openclaw_gateway import gateway_home, install  # noqa: E402
 from scripted_model import Reply, ScriptedModel, ToolCall, tool_messages  # noqa: E402
 
+from bench.stats import percentile  # noqa: E402
 from streams.tools.broker import LocalBroker  # noqa: E402
 from streams.client import GuardClient  # noqa: E402
 
 WAITED = re.compile(r"loopwarden: verdict run=\S+ seq=\d+ tool=\S+ decision=(\w+) waited_ms=(\d+)")
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -66,6 +66,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from bench.pipeline import common as c
+from bench.stats import percentile
 
 RELAY = "relay"
 WORKER = "worker"
@@ -127,18 +128,11 @@ WORKER_STAGES: dict[str, Stage] = {
 }
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def breakdown(samples: Sequence[Sample], traces: dict[tuple[str, int], Trace]) -> dict[str, dict[str, float]]:
     """Per stage, in ms: p50, p99, and the median among the calls whose
     latency is at or above the p99 (``tail``). Worker stages only when
     ``traces`` has the calls."""
-    cut = pct([s.latency for s in samples], 0.99)
+    cut = percentile([s.latency for s in samples], 0.99)
     stages = dict(BROKER_STAGES)
     if any((s.run_id, s.seq) in traces for s in samples):
         stages.update(WORKER_STAGES)
@@ -152,7 +146,12 @@ def breakdown(samples: Sequence[Sample], traces: dict[tuple[str, int], Trace]) -
             values.append(v * 1000)
             if s.latency >= cut:
                 tail.append(v * 1000)
-        out[name] = {"p50": pct(values, 0.5), "p99": pct(values, 0.99), "tail": pct(tail, 0.5), "n": len(values)}
+        out[name] = {
+            "p50": percentile(values, 0.5),
+            "p99": percentile(values, 0.99),
+            "tail": percentile(tail, 0.5),
+            "n": len(values),
+        }
     return out
 
 
@@ -284,9 +283,9 @@ async def drive(
         "achieved_per_s": len(samples) / duration,
         "deferred": state["deferred"],
         "unanswered": len(pending),
-        "p50_ms": pct(lat, 0.50) * 1000,
-        "p95_ms": pct(lat, 0.95) * 1000,
-        "p99_ms": pct(lat, 0.99) * 1000,
+        "p50_ms": percentile(lat, 0.50) * 1000,
+        "p95_ms": percentile(lat, 0.95) * 1000,
+        "p99_ms": percentile(lat, 0.99) * 1000,
         "max_ms": (max(lat) if lat else float("nan")) * 1000,
         "generator_cpu_s": cpu,
     }, samples
