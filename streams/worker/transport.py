@@ -301,7 +301,7 @@ class Consumer(driver.Consumer):
                     read_offset[tp] = offset
                 if batch:
                     intake.feed(batch, self._thread.polled_at)
-                held = pacer.observe(len(batch), time.monotonic())
+                held = pacer.observe(len(batch), time.monotonic()) if pacer.hold else None
                 if held is not None:
                     cast(LoopConsumer, self._thread).hold_fetches(pacer.hold if held else 0.0)
                     intake.fetches_held(held)
