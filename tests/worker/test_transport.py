@@ -91,11 +91,12 @@ def test_a_keyless_message_goes_to_an_available_partition() -> None:
 
 @pytest.mark.integration
 def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(broker: LocalBroker) -> None:
-    """Records larger together than one batch go in several; each awaitable
-    gives the partition and the offset of its batch's last record."""
+    """Records larger together than one batch go in several, and a record
+    larger than a batch in one of its own; each awaitable gives the partition
+    and the offset of its batch's last record."""
     topic = f"batches-{uuid.uuid4().hex[:8]}"
     ensure(broker.bootstrap, [(topic, 2, {})], 1)
-    records = [(f"k{i}".encode(), bytes([65 + i % 26]) * 900) for i in range(20)]
+    records = [(f"k{i}".encode(), bytes([65 + i % 26]) * (9000 if i == 5 else 900)) for i in range(20)]
     app = faust.App(
         f"batches-{uuid.uuid4().hex[:8]}",
         **kafka_clients.faust_connection(broker.bootstrap, transport=SCHEME),
@@ -114,7 +115,7 @@ def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(bro
             await producer.stop()
 
     first, second = asyncio.run(send())
-    assert len(first) >= 3, "12 records of 900 bytes do not fit in one batch of 4 KiB"
+    assert len(first) >= 4, "11 records of 900 bytes and one of 9,000 do not fit in one batch of 4 KiB"
     assert {tp for tp, _ in first + second} == {TP(topic, 1)}
     offsets = [offset for _, offset in first + second]
     assert offsets == sorted(set(offsets))
