@@ -1,8 +1,8 @@
 """The worker's Kafka transport: Faust's aiokafka driver, subclassed.
 
 Registered under the ``loopwarden://`` broker scheme (the ``faust.transports``
-entry point in pyproject.toml), which only the worker's app uses. Three things
-differ from the driver it extends:
+entry point in pyproject.toml), which only the worker's app uses. What
+differs from the driver it extends:
 
 - **Batched intake.** Faust delivers every fetched message on its own: two
   tasks to race the delivery against a flow suspension, the conductor's lock,
