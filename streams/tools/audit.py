@@ -199,17 +199,18 @@ class TopicReader:
         from kafka.errors import TopicAuthorizationFailedError
 
         todo = [tp for tp in starts if starts[tp] < ends[tp]]
-        topic = next(iter(starts)).topic if starts else None
         try:
-            if not todo:
-                if topic is not None and topic not in self._readable:
-                    self._fetch_at_end(list(starts))
-                return
-            yield from self._records(todo, starts, ends, key, idle_timeout)
+            if todo:
+                yield from self._records(todo, starts, ends, key, idle_timeout)
+            elif starts:
+                self._fetch_at_end(list(starts))
         except TopicAuthorizationFailedError:
-            raise read_refused(todo[0].topic if todo else str(topic), self.security) from None
+            raise read_refused(next(iter(starts)).topic, self.security) from None
 
     def _fetch_at_end(self, tps: list[Any]) -> None:
+        """Once per topic, unless a read has already been answered for it."""
+        if tps[0].topic in self._readable:
+            return
         consumer = self.consumer
         consumer.assign(tps)
         consumer.seek_to_end(*tps)
