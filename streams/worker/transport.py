@@ -106,12 +106,14 @@ class FetchPacer:
 
     def observe(self, records: int, now: float) -> bool | None:
         """Count ``records`` fetched at ``now`` (monotonic seconds); the new
-        held state when this changes it, else None."""
+        held state when this changes it, else None. Without a hold, nothing."""
+        if self.hold <= 0:
+            return None
         if self._since is None:
             self._since = now
         self._count += records
         elapsed = now - self._since
-        if self.hold <= 0 or elapsed < self.window:
+        if elapsed < self.window:
             return None
         per_hold = self._count / elapsed * self.hold
         self._since, self._count = now, 0
@@ -301,7 +303,7 @@ class Consumer(driver.Consumer):
                     read_offset[tp] = offset
                 if batch:
                     intake.feed(batch, self._thread.polled_at)
-                held = pacer.observe(len(batch), time.monotonic()) if pacer.hold else None
+                held = pacer.observe(len(batch), time.monotonic())
                 if held is not None:
                     cast(LoopConsumer, self._thread).hold_fetches(pacer.hold if held else 0.0)
                     intake.fetches_held(held)
