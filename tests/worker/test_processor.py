@@ -36,7 +36,7 @@ class FakeProducer:
     partitions: list[int | None] = field(default_factory=list)  # of each send in ``sent``
     batches: list[tuple[str, int, int, asyncio.Future[Any]]] = field(
         default_factory=list
-    )  # (topic, partition, records)
+    )  # (topic, partition, records, acknowledged)
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, *args: Any, **kw: Any
