@@ -241,6 +241,22 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_set(text: str) -> set[int]:
+    """``"1"`` or ``"0,2-3"`` -> {1} or {0, 2, 3}."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus``; threads it starts later inherit it."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
 class Proc:
     """A subprocess with its own log file; ``ready(marker)`` waits for a log line."""
 

@@ -3,7 +3,8 @@
 (bench/pipeline/relay.py), the two-hop floor; rounds interleaved.
 
     python -m bench.pipeline.latency --rates 500,2000 --duration 20 --warmup 5 --repeat 3 \
-        [--bootstrap HOST:PORT] [--no-relay] [--variant 'LABEL=OPTIONS' ...] [-- options of every worker]
+        [--bootstrap HOST:PORT [--broker-pid PID --side-cpus CPUS]] [--no-relay] \
+        [--variant 'LABEL=OPTIONS' ...] [-- options of every worker]
 
 Sides. ``relay`` forwards each tool call unchanged to its own decision topic
 (the generator reads run_id and seq from it as from a verdict); ``worker``
@@ -47,6 +48,12 @@ OpenClaw plugin stamps it). Two more clocks split the wait into stages:
   linger and request, and ``out→acked``, the response), ``acked→seen`` (to
   the generator's poll).
 
+Cores. By default every process shares every core, as on a small host.
+``--side-cpus CPUS`` (with ``--bootstrap`` and ``--broker-pid``) gives the
+sides those cores and the generator and the broker the others: each side is
+then measured with cores of its own (the others idle between their drives),
+which tells CPU contention apart from the side's own waits.
+
 Each stage is given as the median over rounds of its p50 and its p99, and,
 under ``tail``, the median over rounds of its median among the slowest 1 %
 of calls (latency at or above the p99): where the tail's time goes.
@@ -55,6 +62,7 @@ of calls (latency at or above the p99): where the tail's time goes.
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import time
 from collections import deque
@@ -317,7 +325,7 @@ def variant(text: str) -> tuple[str, list[str], dict[str, str]]:
     return label, options, env
 
 
-def start_sides(bootstrap: str, args: Any) -> list[Side]:
+def start_sides(bootstrap: str, args: Any, cpus: set[int]) -> list[Side]:
     work = c.workdir("lat")
     sides = []
     if not args.no_relay:
@@ -338,6 +346,8 @@ def start_sides(bootstrap: str, args: Any) -> list[Side]:
         side.proc.start()
     for side in sides:
         side.proc.wait_log("relay ready" if side.label == RELAY else "event=assigned", 180)
+        if cpus:
+            c.pin(side.proc.pid, cpus)
     return sides
 
 
@@ -374,6 +384,21 @@ def summarise(sides: list[Side], rows: list[dict[str, Any]], rates: list[int]) -
     return medians, stages
 
 
+def pin_outside_sides(args: Any) -> set[int]:
+    """With --side-cpus: this generator and the broker onto the cores the sides do not get."""
+    if not args.side_cpus:
+        return set()
+    if not (args.bootstrap and args.broker_pid):
+        raise SystemExit("--side-cpus needs --bootstrap and --broker-pid: the broker is pinned off the sides' cores")
+    cpus = c.cpu_set(args.side_cpus)
+    rest = os.sched_getaffinity(0) - cpus
+    if not cpus or not rest:
+        raise SystemExit(f"--side-cpus {args.side_cpus}: leaves no core for the generator and the broker")
+    c.pin(os.getpid(), rest)
+    c.pin(args.broker_pid, rest)
+    return cpus
+
+
 def main() -> int:
     p = c.parser(__doc__)
     p.add_argument("--rates", default="500,2000", help="offered tool calls per second, comma-separated")
@@ -383,11 +408,14 @@ def main() -> int:
     p.add_argument("--no-relay", action="store_true", help="no relay floor")
     p.add_argument("--variant", action="append", default=[], help="LABEL=OPTIONS: one more worker (repeatable)")
     p.add_argument("worker_args", nargs="*", help="extra `loopwarden worker` options of every worker (after --)")
+    p.add_argument("--side-cpus", default="", help="CPUS (e.g. 1 or 2-3): the sides' cores; the others run the rest")
+    p.add_argument("--broker-pid", type=int, help="the --bootstrap broker's process, pinned with --side-cpus")
     args = p.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
+    cpus = pin_outside_sides(args)
     rows: list[dict[str, Any]] = []
     with c.broker(args.bootstrap) as bootstrap:
-        sides = start_sides(bootstrap, args)
+        sides = start_sides(bootstrap, args, cpus)
         try:
             for n in range(args.repeat):
                 for rate in rates:

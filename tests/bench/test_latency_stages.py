@@ -1,12 +1,16 @@
 """The latency benchmark's arithmetic: stages from the three clocks, the
 tail taken among the slowest calls, worker options and environment of a
-variant. The figures themselves belong to the machine and are never asserted."""
+variant, the cores given to the sides. The figures themselves belong to the machine and are never asserted."""
 
 from __future__ import annotations
 
+import argparse
+import os
+
 import pytest
 
-from bench.pipeline.latency import Sample, Trace, breakdown, variant
+from bench.pipeline.common import cpu_set
+from bench.pipeline.latency import Sample, Trace, breakdown, pin_outside_sides, variant
 
 
 def sample(i: int, latency: float) -> Sample:
@@ -47,3 +51,22 @@ def test_a_variant_splits_worker_options_from_environment() -> None:
         variant("--linger 0")
     with pytest.raises(SystemExit):
         variant("relay=--linger 0")
+
+
+def test_side_cores_are_read_as_lists_and_ranges() -> None:
+    assert cpu_set("1") == {1}
+    assert cpu_set("0,2-3") == {0, 2, 3}
+
+
+def test_side_cores_need_the_broker_and_leave_cores_for_it() -> None:
+    def args(
+        side_cpus: str, bootstrap: str | None = "localhost:9092", broker_pid: int | None = 1
+    ) -> argparse.Namespace:
+        return argparse.Namespace(side_cpus=side_cpus, bootstrap=bootstrap, broker_pid=broker_pid)
+
+    assert pin_outside_sides(args("", None, None)) == set()
+    with pytest.raises(SystemExit, match="needs --bootstrap and --broker-pid"):
+        pin_outside_sides(args("1", broker_pid=None))
+    every = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    with pytest.raises(SystemExit, match="leaves no core"):
+        pin_outside_sides(args(every))
