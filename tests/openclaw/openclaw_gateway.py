@@ -15,6 +15,7 @@ from scripted_model import provider_config
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "clients" / "openclaw"
+PACK = PLUGIN / "pack"  # the plugin as a gateway loads it (build.sh stages it)
 NODE_INFRA = REPO / "infra" / "node"
 AGENT_TIMEOUT = 300
 
@@ -61,7 +62,7 @@ def install() -> OpenClaw:
 
 def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any], **extra: Any) -> Path:
     """A HOME holding .openclaw/openclaw.json: the scripted provider at `model_url`, OpenClaw's
-    own loop detection off (loopwarden decides), the plugin loaded from clients/openclaw.
+    own loop detection off (loopwarden decides), the plugin loaded from clients/openclaw/pack.
     `extra` adds top-level sections; `agent_defaults` is merged into agents.defaults."""
     home = directory / "home"
     (home / ".openclaw").mkdir(parents=True)
@@ -75,7 +76,7 @@ def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any],
         "agents": {"defaults": defaults},
         "tools": {"loopDetection": {"enabled": False}},
         "plugins": {
-            "load": {"paths": [str(PLUGIN)]},
+            "load": {"paths": [str(PACK)]},
             "allow": ["loopwarden"],
             "entries": {"loopwarden": {"enabled": True, "config": plugin_config}},
         },

@@ -1,7 +1,8 @@
 """The OpenClaw plugin in a real gateway: `openclaw agent --local` (the published
 package at its pinned version, on Node 24), the plugin loaded from
-clients/openclaw, OpenClaw's own loop detection off, a scripted model that loops
-on `exec`, the project's broker and a real `loopwarden worker`.
+clients/openclaw/pack as an operator links it, OpenClaw's own loop detection
+off, a scripted model that loops on `exec`, the project's broker and a real
+`loopwarden worker`. The module's agent runs start together (`runs`).
 
 What is asserted is what the model saw and what the tool did: the shell command
 appends a line to a file on every real execution, so the file counts runs of
@@ -17,8 +18,8 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,31 +99,94 @@ def loopwarden_config(tmp_path: Path, **loop_detection: Any) -> Path:
     return path
 
 
-@contextmanager
+@dataclass(frozen=True)
+class Run:
+    """What one `openclaw agent` run left: the CLI's process, the model it talked to
+    (every conversation it was sent), the run's topics, its folder (the tool counts its
+    executions in executions.txt there) and its loopwarden config."""
+
+    done: subprocess.CompletedProcess[str]
+    model: ScriptedModel
+    topics: dict[str, str]
+    work: Path
+    config: Path | None = None
+
+    @property
+    def executions(self) -> int:
+        return executions(self.work / "executions.txt")
+
+
 def agent_run(
     openclaw: OpenClaw,
     broker: Any,
-    tmp_path: Path,
+    work: Path,
     prefix: str,
     config: Path,
     script: Script,
     *,
     plugin: dict[str, Any] | None = None,
     **gateway: Any,
-) -> Iterator[tuple[dict[str, str], ScriptedModel, subprocess.CompletedProcess[str]]]:
+) -> Run:
     """One agent run through a gateway whose plugin talks to a real worker (3 partitions, `config`)
-    on fresh topics named after `prefix`, the model following `script`. Yields the topics, the
-    model and the finished `openclaw agent` process while the worker still runs. `plugin` adds
-    to the plugin's config; `gateway` goes to gateway_home."""
+    on fresh topics named after `prefix`, the model following `script`. `plugin` adds to the
+    plugin's config (a verdict may take 10 s: the module's runs share the cores); `gateway`
+    goes to gateway_home."""
     topics = names(prefix)
     with (
-        Worker(broker.bootstrap, topics, tmp_path, "worker", config=config, partitions=3) as worker,
+        Worker(broker.bootstrap, topics, work, "worker", config=config, partitions=3) as worker,
         ScriptedModel(script) as model,
     ):
         worker.wait_assigned()
         bus = {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]}
-        home = gateway_home(tmp_path, model.base_url, {**bus, **(plugin or {})}, **gateway)
-        yield topics, model, openclaw.run_agent(home, "Run the tests until they pass.")
+        home = gateway_home(work, model.base_url, {**bus, "timeoutMs": 10_000, **(plugin or {})}, **gateway)
+        return Run(openclaw.run_agent(home, "Run the tests until they pass."), model, topics, work, config)
+
+
+def looping_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
+    config = loopwarden_config(work, warningThreshold=3, criticalThreshold=5)
+    script = loop_on_exec(work / "executions.txt", stop_when="CRITICAL", after=3)
+    return agent_run(openclaw, broker, work, "openclaw", config, script)
+
+
+def compaction_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
+    config = loopwarden_config(work, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3})
+    return agent_run(
+        openclaw,
+        broker,
+        work,
+        "openclaw-compaction",
+        config,
+        loop_on_exec(work / "executions.txt", stop_when="ABORTED", overflow_after=3),
+        plugin={"localHashing": True},
+        # Compact even this short transcript when the provider reports an overflow.
+        agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
+    )
+
+
+def unanswered_run(openclaw: OpenClaw, broker: Any, work: Path, topics: dict[str, str], policy: str) -> Run:
+    """One call under `policy` on topics no worker reads, then the model stops."""
+    with ScriptedModel(loop_on_exec(work / "executions.txt", stop_when="", after=1)) as model:
+        bus = {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]}
+        home = gateway_home(work, model.base_url, {**bus, "timeoutMs": 800, "failurePolicy": policy})
+        return Run(openclaw.run_agent(home, "Run the tests once."), model, topics, work)
+
+
+@pytest.fixture(scope="module")
+def runs(openclaw: OpenClaw, broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Run]]]:
+    """Every agent run of the module, started together. A run spends most of its ~30 s
+    inside OpenClaw, not on a core, so side by side they take about as long as one;
+    each test waits for its own and fails with that run's error."""
+    nobody = make_topics(broker.bootstrap, partitions=2, prefix="openclaw-nobody")  # no worker reads them
+    work = {name: tmp_path_factory.mktemp(name) for name in ("looping", "compaction", "fail_open", "fail_closed")}
+    with ThreadPoolExecutor(len(work)) as pool:
+        yield {
+            "looping": pool.submit(looping_run, openclaw, broker, work["looping"]),
+            "compaction": pool.submit(compaction_run, openclaw, broker, work["compaction"]),
+            **{
+                policy: pool.submit(unanswered_run, openclaw, broker, work[policy], nobody, policy)
+                for policy in ("fail_open", "fail_closed")
+            },
+        }
 
 
 def test_plugin_node_suite(openclaw: OpenClaw) -> None:
@@ -144,121 +208,82 @@ def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
 
 
-def test_a_looping_run_is_warned_then_blocked(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
-    config = loopwarden_config(tmp_path, warningThreshold=3, criticalThreshold=5)
-    counter = tmp_path / "executions.txt"
-    script = loop_on_exec(counter, stop_when="CRITICAL", after=3)
-    with agent_run(openclaw, broker, tmp_path, "openclaw", config, script) as (topics, model, done):
-        assert done.returncode == 0, done.stderr[-4000:]
-        assert "I give up" in done.stdout
+def test_a_looping_run_is_warned_then_blocked(runs: dict[str, Future[Run]], broker) -> None:
+    run = runs["looping"].result()
+    done, topics = run.done, run.topics
+    counter = run.work / "executions.txt"
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "I give up" in done.stdout
 
-        results = shown_results(model)
-        # Five calls ran; the sixth was blocked, and so were the two the model tried after it.
-        assert executions(counter) == 5
-        assert len(results) == 8
-        warned = [text for text in results if "WARNING: exec was called 3 times with identical arguments" in text]
-        assert len(warned) == 1 and warned[0].startswith("same output"), results  # shown with the call's own result
-        assert results.index(warned[0]) == 3
-        # Each vetoed retry leaves a veto record that counts toward the streak (spec §7.2).
-        blocked = [text.split(" with identical arguments and identical results")[0] for text in results[5:]]
-        assert blocked == [f"CRITICAL: exec was called {n} times" for n in (5, 6, 7)], results[5:]
+    results = shown_results(run.model)
+    # Five calls ran; the sixth was blocked, and so were the two the model tried after it.
+    assert run.executions == 5
+    assert len(results) == 8
+    warned = [text for text in results if "WARNING: exec was called 3 times with identical arguments" in text]
+    assert len(warned) == 1 and warned[0].startswith("same output"), results  # shown with the call's own result
+    assert results.index(warned[0]) == 3
+    # Each vetoed retry leaves a veto record that counts toward the streak (spec §7.2).
+    blocked = [text.split(" with identical arguments and identical results")[0] for text in results[5:]]
+    assert blocked == [f"CRITICAL: exec was called {n} times" for n in (5, 6, 7)], results[5:]
 
-        events = run_events(broker.bootstrap, topics["events"])
-        run_ids = {event["run_id"] for _, _, event in events}
-        assert len(run_ids) == 1
-        run_id = run_ids.pop()
-        # One partition, the one a Java client (and kafka-python) picks for the key.
-        java_partition = (murmur2(run_id.encode()) & 0x7FFFFFFF) % 3
-        assert {(partition, key) for partition, key, _ in events} == {(java_partition, run_id.encode())}
-        kinds = [event["type"] for _, _, event in events]
-        assert kinds.count("tool_call") == 8 and kinds.count("tool_result") == 8 and kinds[-1] == "run_end"
-        seqs = [event["seq"] for _, _, event in events]
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-        first = events[0][2]
-        assert first["args"] == {"command": f"echo ran >> {counter}; echo same output"} and first["agent_id"] == "main"
+    events = run_events(broker.bootstrap, topics["events"])
+    run_ids = {event["run_id"] for _, _, event in events}
+    assert len(run_ids) == 1
+    run_id = run_ids.pop()
+    # One partition, the one a Java client (and kafka-python) picks for the key.
+    java_partition = (murmur2(run_id.encode()) & 0x7FFFFFFF) % 3
+    assert {(partition, key) for partition, key, _ in events} == {(java_partition, run_id.encode())}
+    kinds = [event["type"] for _, _, event in events]
+    assert kinds.count("tool_call") == 8 and kinds.count("tool_result") == 8 and kinds[-1] == "run_end"
+    seqs = [event["seq"] for _, _, event in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    first = events[0][2]
+    assert first["args"] == {"command": f"echo ran >> {counter}; echo same output"} and first["agent_id"] == "main"
 
-        timeline = explain(broker.bootstrap, topics, config, run_id)
-        assert "WARN generic_repeat (warning, count 3)" in timeline
-        assert "BLOCK generic_repeat (critical, count 5)" in timeline
-        assert "run_end" in timeline and "run ended: history and guard freed" in timeline
-        assert "published on the decision topic: 8 of 8 verdicts identical to the recomputed ones" in timeline
-
-
-def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(
-    openclaw: OpenClaw, broker, tmp_path: Path
-) -> None:
-    config = loopwarden_config(
-        tmp_path, warningThreshold=20, criticalThreshold=30, postCompactionGuard={"windowSize": 3}
-    )
-    counter = tmp_path / "executions.txt"
-    script = loop_on_exec(counter, stop_when="ABORTED", overflow_after=3)
-    with agent_run(
-        openclaw,
-        broker,
-        tmp_path,
-        "openclaw-compaction",
-        config,
-        script,
-        plugin={"localHashing": True},
-        # Compact even this short transcript when the provider reports an overflow.
-        agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
-    ) as (topics, model, done):
-        # The plugin ended the run through the SDK: the CLI reports the abort.
-        assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
-        assert "auto-compaction succeeded" in done.stderr and "retrying prompt" in done.stderr
-        assert model.summaries >= 1
-
-        # Three runs before the compaction, three identical ones after it, then nothing.
-        assert executions(counter) == 6
-
-        events = run_events(broker.bootstrap, topics["events"])
-        run_id = events[0][2]["run_id"]
-        kinds = [event["type"] for _, _, event in events]
-        assert kinds.count("compaction") == 1 and kinds[-1] == "run_end"
-        assert kinds.index("compaction") == 6  # after three calls and their results
-        assert str(counter) not in json.dumps([event for _, _, event in events])  # args never left the gateway
-        assert all("args_hash" in event for _, _, event in events if event["type"] in ("tool_call", "tool_result"))
-
-        timeline = explain(broker.bootstrap, topics, config, run_id)
-        assert "ABORT compaction_loop_persisted (critical, count 3)" in timeline
-        assert "run_end" in timeline
+    timeline = explain(broker.bootstrap, topics, run.config, run_id)
+    assert "WARN generic_repeat (warning, count 3)" in timeline
+    assert "BLOCK generic_repeat (critical, count 5)" in timeline
+    assert "run_end" in timeline and "run ended: history and guard freed" in timeline
+    assert "published on the decision topic: 8 of 8 verdicts identical to the recomputed ones" in timeline
 
 
-def test_with_the_worker_stopped_the_policy_decides(openclaw: OpenClaw, broker, tmp_path: Path) -> None:
-    """fail_open and fail_closed, one gateway each, run side by side (they share nothing but the broker)."""
-    topics = make_topics(broker.bootstrap, partitions=2, prefix="openclaw-nobody")  # no worker reads them
+def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(runs: dict[str, Future[Run]], broker) -> None:
+    run = runs["compaction"].result()
+    done, topics = run.done, run.topics
+    counter = run.work / "executions.txt"
+    # The plugin ended the run through the SDK: the CLI reports the abort.
+    assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
+    assert "auto-compaction succeeded" in done.stderr and "retrying prompt" in done.stderr
+    assert run.model.summaries >= 1
 
-    def one_call(policy: str) -> tuple[subprocess.CompletedProcess[str], list[str], int]:
-        work = tmp_path / policy
-        counter = work / "executions.txt"
-        with ScriptedModel(loop_on_exec(counter, stop_when="", after=1)) as model:  # one call, then stop
-            home = gateway_home(
-                work,
-                model.base_url,
-                {
-                    "bootstrap": broker.bootstrap,
-                    "eventsTopic": topics["events"],
-                    "decisionsTopic": topics["decisions"],
-                    "timeoutMs": 800,
-                    "failurePolicy": policy,
-                },
-            )
-            done = openclaw.run_agent(home, "Run the tests once.")
-        return done, shown_results(model), executions(counter)
+    # Three runs before the compaction, three identical ones after it, then nothing.
+    assert run.executions == 6
 
-    with ThreadPoolExecutor(2) as pool:
-        (opened, open_results, open_runs), (closed, closed_results, closed_runs) = pool.map(
-            one_call, ["fail_open", "fail_closed"]
-        )
-    for done in (opened, closed):
-        assert done.returncode == 0, done.stderr[-4000:]
-        assert "no verdict within 800 ms for run=" in done.stderr
+    events = run_events(broker.bootstrap, topics["events"])
+    run_id = events[0][2]["run_id"]
+    kinds = [event["type"] for _, _, event in events]
+    assert kinds.count("compaction") == 1 and kinds[-1] == "run_end"
+    assert kinds.index("compaction") == 6  # after three calls and their results
+    assert str(counter) not in json.dumps([event for _, _, event in events])  # args never left the gateway
+    assert all("args_hash" in event for _, _, event in events if event["type"] in ("tool_call", "tool_result"))
 
-    assert "fail_open applied, the call runs" in opened.stderr
-    assert open_runs == 1 and open_results == ["same output"]
+    timeline = explain(broker.bootstrap, topics, run.config, run_id)
+    assert "ABORT compaction_loop_persisted (critical, count 3)" in timeline
+    assert "run_end" in timeline
 
-    assert "fail_closed applied, the call is blocked" in closed.stderr
-    assert closed_runs == 0
-    assert closed_results == [
+
+def test_with_the_worker_stopped_the_policy_decides(runs: dict[str, Future[Run]]) -> None:
+    """fail_open and fail_closed, one gateway each (they share nothing but the broker)."""
+    opened, closed = runs["fail_open"].result(), runs["fail_closed"].result()
+    for run in (opened, closed):
+        assert run.done.returncode == 0, run.done.stderr[-4000:]
+        assert "no verdict within 800 ms for run=" in run.done.stderr
+
+    assert "fail_open applied, the call runs" in opened.done.stderr
+    assert opened.executions == 1 and shown_results(opened.model) == ["same output"]
+
+    assert "fail_closed applied, the call is blocked" in closed.done.stderr
+    assert closed.executions == 0
+    assert shown_results(closed.model) == [
         "loopwarden is unavailable (no verdict within 800 ms); failurePolicy fail_closed blocks this exec call."
     ]
