@@ -403,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     dashboard.add_argument(
+        "--token-file",
+        help="a file holding the access token (16+ characters): browsers open /?token=TOKEN once, other clients"
+        " send Authorization: Bearer TOKEN; default $LOOPWARDEN_DASHBOARD_TOKEN_FILE, else no token",
+    )
+    dashboard.add_argument(
         "--from",
         dest="start",
         type=_start_point,

@@ -8,13 +8,16 @@ and aborts, the runs in flight. The page (dashboard.html, plain HTML and
 JavaScript, nothing fetched from elsewhere) gets that summary as server-sent
 events; a click on a run asks for its `explain` timeline, computed by
 streams/tools/explain.py from the topics, as `loopwarden explain` does.
+With ``--token-file`` every request must carry the token (streams/tools/access.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter, OrderedDict, deque
@@ -32,6 +35,7 @@ from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.observability import logs
+from streams.tools import access
 
 log = logging.getLogger("loopwarden.dashboard")
 
@@ -202,8 +206,11 @@ def _feeder(board: Board, decode: Any, add: Any, what: str) -> Any:
     return take
 
 
-def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, board: Board) -> Any:
-    """The aiohttp application: the page, its live feed and the explain timeline."""
+def create_app(
+    source: Source, config: FleetConfig, policy: FleetPolicy | None, board: Board, token: str | None = None
+) -> Any:
+    """The aiohttp application: the page, its live feed and the explain timeline;
+    with ``token``, only for requests that carry it."""
     from aiohttp import web
 
     from streams.tools.audit import AuditError
@@ -249,7 +256,7 @@ def create_app(source: Source, config: FleetConfig, policy: FleetPolicy | None, 
         text = format_timeline(steps, run_id, refused, show_published=True)
         return web.Response(text=text, status=200 if steps else 404)
 
-    app = web.Application()
+    app = web.Application(middlewares=[access.middleware(token)] if token else [])
     app.router.add_get("/", index)
     app.router.add_get("/events", feed)
     app.router.add_get("/explain", explain_run)
@@ -260,11 +267,20 @@ class CannotListen(RuntimeError):
     """The page's address cannot be bound."""
 
 
-async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None, host: str, port: int) -> None:
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+async def serve(
+    source: Source, config: FleetConfig, policy: FleetPolicy | None, host: str, port: int, token: str | None = None
+) -> None:
     from aiohttp import web
 
     board = Board()
-    runner = web.AppRunner(create_app(source, config, policy, board), access_log=None)  # no line per request
+    runner = web.AppRunner(create_app(source, config, policy, board, token), access_log=None)  # no line per request
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -288,7 +304,16 @@ async def serve(source: Source, config: FleetConfig, policy: FleetPolicy | None,
         decisions=source.decisions_topic,
         incidents=source.incidents_topic,
         start=source.start,
+        token="required" if token else "none",
     )
+    if not token and not _loopback(host):
+        logs.event(
+            log,
+            logging.WARNING,
+            f"dashboard on {host} without a token: whoever reaches port {port} reads every run's timeline;"
+            " pass --token-file",
+            event="unauthenticated",
+        )
     try:
         await asyncio.gather(*readers)
     finally:
@@ -306,8 +331,14 @@ def main(args: Any) -> int:
     policy = load_policy(args.policy)
     bootstrap, security = connection_from_args(args)
     source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
+    token_file = args.token_file or os.environ.get(access.ENV)
     try:
-        asyncio.run(serve(source, config, policy, args.host, args.port))
+        token = access.read_token(token_file) if token_file else None
+    except access.BadToken as exc:
+        print(f"loopwarden dashboard: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(source, config, policy, args.host, args.port, token))
     except CannotListen as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)
         return 1

@@ -70,8 +70,8 @@ def free_port() -> int:
 
 @pytest.mark.integration
 def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_path):
-    """The page is open before the trace is published; incidents, blocked runs
-    and a run's timeline appear in its DOM as the worker and the stage publish."""
+    """The page is open (with its access token) before the trace is published; incidents,
+    blocked runs and a run's timeline appear in its DOM as the worker and the stage publish."""
     binary = chromium_path()
     offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents").stdout.splitlines()
     final = {}
@@ -82,6 +82,8 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
     blocked = {v.run_id for v in map(decode_verdict, replayed) if v.decision == "block"}
     topics = names("dash")
     port = free_port()
+    token_file = tmp_path / "token"
+    token_file.write_text("dashboard-test-token-1\n")
     lines = FLEET.read_bytes().splitlines()
     log = open(tmp_path / "dashboard.log", "wb")
     env = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")}
@@ -103,6 +105,8 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
             topics["events"],
             "--config",
             str(CONFIG),
+            "--token-file",
+            str(token_file),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -114,10 +118,12 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
         browser = await Browser(binary, tmp_path / "profile").open()
         try:
             for _ in range(100):  # the dashboard may still be starting
-                await browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+                # The token in the address is traded for a cookie, which the feed and the timeline carry.
+                await browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/?token=dashboard-test-token-1")
                 await asyncio.sleep(0.3)
                 if await browser.evaluate("!!document.getElementById('incidents')"):
                     break
+            assert await browser.evaluate("location.href") == f"http://127.0.0.1:{port}/"  # the token left it
             await browser.wait_for("document.getElementById('status').textContent.startsWith('live')", 30, "feed")
             produce(broker.bootstrap, topics["events"], lines[:600])
             produce(broker.bootstrap, topics["events"], lines[600:])
