@@ -326,6 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_worker_options(up)
     up.add_argument("--demo", metavar="EVENTS.jsonl", help="publish this trace, print its verdicts, then exit")
     up.add_argument(
+        "--dashboard",
+        metavar="PORT",
+        type=int,
+        help="also run the fleet stage and the operator page on 127.0.0.1:PORT (with --demo: keep running after it)",
+    )
+    up.add_argument(
         "--broker-dir",
         help="data dir of a broker started here (default ./data/kafka, else ~/.cache/loopwarden/kafka)",
     )

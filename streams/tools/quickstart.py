@@ -6,19 +6,24 @@
    cannot be written).
 2. Create the topics.
 3. Run a worker (``loopwarden worker`` as a subprocess, same options).
-4. With ``--demo TRACE.jsonl``: publish the trace, print each verdict as it
+4. With ``--dashboard PORT``: run the fleet stage (``loopwarden fleet``) and
+   the operator page (``loopwarden dashboard`` on 127.0.0.1:PORT, reading
+   from the earliest records) beside the worker.
+5. With ``--demo TRACE.jsonl``: publish the trace, print each verdict as it
    arrives, and exit once every verdict ``loopwarden replay`` gives for the
-   trace has arrived. Each demo tags its run ids with ``@<stamp>`` so that a
+   trace has arrived (with ``--dashboard``, keep running instead, so the
+   page shows the demo). Each demo tags its run ids with ``@<stamp>`` so that a
    second demo on the same broker starts fresh runs instead of repeating old
    sequence numbers (which the worker would rightly ignore as duplicates).
 
 With ``--secure`` the broker is the secure one of docs/SECURITY.md (TLS,
 SASL/SCRAM, ACLs; started unless it already runs in the broker dir): the
-worker connects as the ``worker`` role and the demo as the ``gateway`` role,
-with the settings the broker wrote into its ``secrets/``.
+worker and the fleet stage connect as the ``worker`` role, the demo as the
+``gateway`` role and the page as ``admin`` (it reads the events topic for a
+run's timeline), with the settings the broker wrote into its ``secrets/``.
 
-On Ctrl-C or SIGTERM the worker is stopped, and so is the broker if this
-command started it.
+On Ctrl-C or SIGTERM, or when one of them exits, the processes this command
+started are stopped, and so is the broker if this command started it.
 """
 
 from __future__ import annotations
@@ -104,13 +109,13 @@ def _check_secure_names(settings: Settings) -> None:
         )
 
 
-def _secure_roles(data_dir: Path, settings: Settings) -> tuple[Settings, KafkaSecurity]:
-    """For ``--secure``: the worker's settings as the worker role, and the
-    demo's security as the gateway role, from the broker's secrets."""
+def _secure_roles(data_dir: Path, settings: Settings) -> tuple[Settings, KafkaSecurity, KafkaSecurity]:
+    """For ``--secure``: the worker's settings as the worker role, the demo's
+    security as the gateway role and the page's as admin, from the broker's secrets."""
     from streams.tools import secure as roles
 
     worker = settings.with_(security=roles.role_security(data_dir, roles.WORKER))
-    return worker, roles.role_security(data_dir, roles.GATEWAY)
+    return worker, roles.role_security(data_dir, roles.GATEWAY), roles.role_security(data_dir, roles.ADMIN)
 
 
 def _tag_trace(lines: list[bytes], stamp: str) -> list[bytes]:
@@ -214,16 +219,67 @@ def _run_demo(
         consumer.close()
 
 
-def _stop_worker(worker: subprocess.Popen[bytes] | None) -> None:
-    if worker is None or worker.poll() is not None:
-        return
-    _say("stopping the worker")
-    worker.send_signal(signal.SIGTERM)
-    try:
-        worker.wait(60)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+class Children:
+    """The processes `up` started, by name: each logs to the terminal, or to
+    NAME.log beside the worker's data when a demo prints the verdicts there."""
+
+    def __init__(self, log_dir: Path | None) -> None:
+        self.log_dir = log_dir
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[Any] = []
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        out = None
+        if self.log_dir is not None:
+            path = self.log_dir / f"{name.replace(' ', '-')}.log"
+            out = open(path, "ab")
+            self._logs.append(out)
+            _say(f"starting the {name} (log: {path})")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL,
+        )
+        self.running[name] = proc
+        return proc
+
+    def wait_any(self) -> int:
+        """Until one of them exits; its exit status."""
+        while True:
+            for name, proc in self.running.items():
+                if proc.poll() is not None:
+                    if len(self.running) > 1:
+                        _say(f"the {name} exited ({proc.returncode})")
+                    return proc.returncode
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM to each, the page first and the worker last; SIGKILL after 60 s."""
+        for name, proc in reversed(self.running.items()):
+            if proc.poll() is None:
+                _say(f"stopping the {name}")
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for out in self._logs:
+            out.close()
+
+
+def _page_argv(settings: Settings, port: int, page_security: KafkaSecurity) -> tuple[list[str], list[str]]:
+    """``loopwarden fleet`` and ``loopwarden dashboard`` options beside this worker."""
+    topics = settings.topics
+    common = ["--bootstrap", settings.bootstrap, "--decisions-topic", topics.decisions]
+    fleet = ["fleet", *common, "--data-dir", str(settings.data_dir.parent / "fleet")]
+    fleet += ["--replication-factor", str(topics.replication_factor), *settings.security.argv()]
+    page = ["dashboard", *common, "--events-topic", topics.events, "--port", str(port), "--from", "earliest"]
+    for flag, path in (("--config", settings.config_path), ("--policy", settings.policy_path)):
+        if path:
+            page += [flag, str(path)]
+    return fleet, page + page_security.argv()
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -255,26 +311,29 @@ def run_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     broker = None
-    worker: subprocess.Popen[bytes] | None = None
-    log_file = None
+    children = Children(settings.data_dir.parent if args.demo else None)
     try:
         broker = _start_broker(settings, args.broker_dir, args.secure)
-        gateway_security = settings.security
+        gateway_security = page_security = settings.security
         if args.secure:
-            settings, gateway_security = _secure_roles(_broker_dir(args.broker_dir), settings)
+            settings, gateway_security, page_security = _secure_roles(_broker_dir(args.broker_dir), settings)
         for state in ensure_topics(settings.bootstrap, settings.topics, security=settings.security):
             _say(f"topic {state.name}: {state.partitions} partitions{' (created)' if state.created else ''}")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "streams.cli", "worker", *worker_argv(settings)]
+        if not args.demo:
+            _say("starting the worker; Ctrl-C stops everything")
+        worker = children.start("worker", ["worker", *worker_argv(settings)])
+        if args.dashboard is not None:
+            fleet, page = _page_argv(settings, args.dashboard, page_security)
+            children.start("fleet stage", fleet)
+            children.start("dashboard", page)
+            _say(f"the dashboard: http://127.0.0.1:{args.dashboard}/")
         if args.demo:
-            log_path = settings.data_dir.parent / "worker.log"
-            log_file = open(log_path, "ab")
-            _say(f"starting the worker (log: {log_path})")
-            worker = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            return _run_demo(settings, args.demo, worker, args.demo_timeout, gateway_security)
-        _say("starting the worker; Ctrl-C stops everything")
-        worker = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        return worker.wait()
+            status = _run_demo(settings, args.demo, worker, args.demo_timeout, gateway_security)
+            if status or args.dashboard is None:
+                return status
+            _say(f"the demo is on http://127.0.0.1:{args.dashboard}/; Ctrl-C stops everything")
+        return children.wait_any()
     except (KeyboardInterrupt, _Stop):
         return 0
     except (BrokerError, SecureSetupError, TopicError, ValueError) as exc:
@@ -282,9 +341,7 @@ def run_up(args: argparse.Namespace) -> int:
         return 1
     finally:
         with contextlib.suppress(KeyboardInterrupt, _Stop):
-            _stop_worker(worker)
-        if log_file is not None:
-            log_file.close()
+            children.stop()
         if broker is not None:
             with contextlib.suppress(KeyboardInterrupt, _Stop):
                 _say("stopping the broker this command started")

@@ -1,10 +1,13 @@
-"""`loopwarden up --demo`, the plaintext default and `--secure`: the demo's
-verdicts all arrive, and they are replay's (the summary `make up` prints)."""
+"""`loopwarden up --demo`, the plaintext default and `--secure` (with the fleet
+stage and the dashboard): the demo's verdicts all arrive, and they are
+replay's (the summary `make up` prints)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,12 +48,44 @@ def test_up_plaintext_default_is_unchanged(broker, tmp_path: Path) -> None:
     assert f"using the Kafka broker at {broker.bootstrap}" in run.stderr
 
 
-def test_up_secure_starts_a_secure_broker_and_connects_as_the_roles(tmp_path: Path) -> None:
-    bootstrap = f"127.0.0.1:{free_port()}"
-    run = _up(tmp_path, "--secure", "--bootstrap", bootstrap)
+def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tmp_path: Path) -> None:
+    """`up --secure --demo --dashboard`: the demo's verdicts arrive, the page (as admin)
+    lists the demo's blocks and aborts, the fleet stage runs as the worker, and
+    SIGTERM stops everything, the page first, the broker last."""
+    bootstrap, port = f"127.0.0.1:{free_port()}", free_port()
+    out, err = tmp_path / "up.out", tmp_path / "up.err"
+    argv = [*LOOPWARDEN, "up", "--config", str(CONFIG), "--demo", str(TRACE), "--secure", "--bootstrap", bootstrap]
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        up = subprocess.Popen([*argv, "--dashboard", str(port)], stdout=stdout, stderr=stderr, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while f"the demo is on http://127.0.0.1:{port}/" not in err.read_text():
+            assert up.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.5)
+        expected = {
+            verdict["run_id"]
+            for verdict in map(json.loads, reference(TRACE.read_bytes().splitlines(), CONFIG))
+            if verdict["decision"] in ("block", "abort")
+        }
+        shown: set[str] = set()
+        while shown != expected:
+            assert time.monotonic() < deadline, (shown, expected)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/events", timeout=10) as feed:
+                board = json.loads(feed.readline().removeprefix(b"data: "))
+            shown = {latest["run_id"].split("@")[0] for latest in board["latest"]}
+    finally:
+        up.terminate()
+        up.wait(120)
+    run = subprocess.CompletedProcess(argv, up.returncode, out.read_text(), err.read_text())
     _check_demo(run)
     assert "starting a secure local one (TLS, SASL/SCRAM, ACLs)" in run.stderr
-    assert "stopping the broker this command started" in run.stderr
-    worker_log = (tmp_path / "data" / "worker.log").read_text()
-    assert "security=SASL_SSL sasl_user=worker" in worker_log
-    assert (tmp_path / "data" / "kafka" / "secrets" / "gateway.env").exists()
+    stops = [line for line in run.stderr.splitlines() if "stopping the" in line]
+    assert stops == [
+        f"loopwarden up: stopping the {name}"
+        for name in ("dashboard", "fleet stage", "worker", "broker this command started")
+    ]
+    logs = tmp_path / "data"
+    assert "security=SASL_SSL sasl_user=worker" in (logs / "worker.log").read_text()
+    assert "security=SASL_SSL sasl_user=worker" in (logs / "fleet-stage.log").read_text()
+    assert "security=SASL_SSL sasl_user=admin" in (logs / "dashboard.log").read_text()
+    assert (logs / "kafka" / "secrets" / "gateway.env").exists()
