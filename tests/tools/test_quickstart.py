@@ -5,6 +5,7 @@ replay's (the summary `make up` prints)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 import urllib.request
@@ -89,3 +90,22 @@ def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tm
     assert "security=SASL_SSL sasl_user=worker" in (logs / "fleet-stage.log").read_text()
     assert "security=SASL_SSL sasl_user=admin" in (logs / "dashboard.log").read_text()
     assert (logs / "kafka" / "secrets" / "gateway.env").exists()
+
+
+def test_up_stops_everything_when_the_dashboard_cannot_listen(broker, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run(
+            [*LOOPWARDEN, "up", "--bootstrap", broker.bootstrap, "--dashboard", str(port)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=240,
+        )
+    assert run.returncode == 1, run.stderr
+    assert f"loopwarden dashboard: cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert "loopwarden up: the dashboard exited (1)" in run.stderr
+    stops = [line for line in run.stderr.splitlines() if line.startswith("loopwarden up: stopping the")]
+    assert stops == ["loopwarden up: stopping the fleet stage", "loopwarden up: stopping the worker"]
