@@ -103,7 +103,7 @@ def loopwarden_config(tmp_path: Path, **loop_detection: Any) -> Path:
 class Run:
     """What one `openclaw agent` run left: the CLI's process, the model it talked to
     (every conversation it was sent), the run's topics, its folder (the tool counts its
-    executions in executions.txt there) and its loopwarden config."""
+    executions in `counter` there) and its loopwarden config."""
 
     done: subprocess.CompletedProcess[str]
     model: ScriptedModel
@@ -112,8 +112,17 @@ class Run:
     config: Path | None = None
 
     @property
+    def counter(self) -> Path:
+        return counter_in(self.work)
+
+    @property
     def executions(self) -> int:
-        return executions(self.work / "executions.txt")
+        return executions(self.counter)
+
+
+def counter_in(work: Path) -> Path:
+    """The file the looping shell command appends to, one line per real execution."""
+    return work / "executions.txt"
 
 
 def agent_run(
@@ -144,7 +153,7 @@ def agent_run(
 
 def looping_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
     config = loopwarden_config(work, warningThreshold=3, criticalThreshold=5)
-    script = loop_on_exec(work / "executions.txt", stop_when="CRITICAL", after=3)
+    script = loop_on_exec(counter_in(work), stop_when="CRITICAL", after=3)
     return agent_run(openclaw, broker, work, "openclaw", config, script)
 
 
@@ -156,7 +165,7 @@ def compaction_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
         work,
         "openclaw-compaction",
         config,
-        loop_on_exec(work / "executions.txt", stop_when="ABORTED", overflow_after=3),
+        loop_on_exec(counter_in(work), stop_when="ABORTED", overflow_after=3),
         plugin={"localHashing": True},
         # Compact even this short transcript when the provider reports an overflow.
         agent_defaults={"compaction": {"keepRecentTokens": 100, "memoryFlush": {"enabled": False}}},
@@ -165,7 +174,7 @@ def compaction_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
 
 def unanswered_run(openclaw: OpenClaw, broker: Any, work: Path, topics: dict[str, str], policy: str) -> Run:
     """One call under `policy` on topics no worker reads, then the model stops."""
-    with ScriptedModel(loop_on_exec(work / "executions.txt", stop_when="", after=1)) as model:
+    with ScriptedModel(loop_on_exec(counter_in(work), stop_when="", after=1)) as model:
         bus = {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]}
         home = gateway_home(work, model.base_url, {**bus, "timeoutMs": 800, "failurePolicy": policy})
         return Run(openclaw.run_agent(home, "Run the tests once."), model, topics, work)
@@ -211,7 +220,7 @@ def test_plugin_node_suite(openclaw: OpenClaw) -> None:
 def test_a_looping_run_is_warned_then_blocked(runs: dict[str, Future[Run]], broker) -> None:
     run = runs["looping"].result()
     done, topics = run.done, run.topics
-    counter = run.work / "executions.txt"
+    counter = run.counter
     assert done.returncode == 0, done.stderr[-4000:]
     assert "I give up" in done.stdout
 
@@ -250,7 +259,7 @@ def test_a_looping_run_is_warned_then_blocked(runs: dict[str, Future[Run]], brok
 def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(runs: dict[str, Future[Run]], broker) -> None:
     run = runs["compaction"].result()
     done, topics = run.done, run.topics
-    counter = run.work / "executions.txt"
+    counter = run.counter
     # The plugin ended the run through the SDK: the CLI reports the abort.
     assert done.returncode != 0 and "agent run aborted" in done.stderr, done.stderr[-4000:]
     assert "auto-compaction succeeded" in done.stderr and "retrying prompt" in done.stderr
