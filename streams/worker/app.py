@@ -75,6 +75,8 @@ class WorkerApp(faust.App):
     intake: Processor | None = None
     #: ``--fetch-hold`` in seconds (transport.FetchPacer); 0: never held.
     fetch_hold = 0.0
+    #: ``--changelog-compression`` (transport.Producer.records_codec).
+    changelog_compression = "none"
     # Faust's own lines stay under the faust logger (held at --faust-loglevel);
     # mode would otherwise name a subclass's logger after this module.
     logger = logging.getLogger("faust.loopwarden.app")
@@ -166,6 +168,7 @@ def create_app(
     app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
     app.intake = processor
     app.fetch_hold = settings.fetch_hold
+    app.changelog_compression = settings.changelog_compression
 
     async def process() -> None:
         settle_gc()
@@ -298,6 +301,11 @@ def run_worker(settings: Settings) -> int:
     policy = load_policy(settings.policy_path)
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
+    try:
+        transport.codec_for(settings.changelog_compression)
+    except ValueError as exc:
+        logs.event(log, logging.ERROR, f"--changelog-compression: {exc}", event="startup_failed")
+        return 2
     if not connection_accepted(log, settings.bootstrap, settings.security):
         return 2
     try:
@@ -337,6 +345,7 @@ def run_worker(settings: Settings) -> int:
         deadletter=settings.topics.deadletter,
         partitions=partitions,
         guarantee=settings.processing_guarantee,
+        changelog_compression=settings.changelog_compression,
         standby_replicas=settings.standby_replicas,
         ttl=settings.ttl,
         data_dir=str(settings.data_dir),

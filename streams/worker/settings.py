@@ -25,6 +25,8 @@ DEFAULT_PARTITIONS = 12
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
+CHANGELOG_COMPRESSIONS = ("zstd", "lz4", "snappy", "gzip", "none")
+"""What ``--changelog-compression`` accepts (streams.worker.transport.CODECS maps each to aiokafka's codec)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -109,6 +111,7 @@ class Settings:
     flush_interval: float = 0.25
     max_in_flight: int = 20000
     linger_ms: int = 5
+    changelog_compression: str = "zstd"
     fetch_hold: float = 0.0
     max_event_bytes: int = 1024 * 1024
     session_timeout: float = 30.0
@@ -265,6 +268,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.linger_ms / 1000,
         help=f"producer batching delay for verdicts (default {DEFAULTS.linger_ms}ms; 0 sends at once at a CPU cost)",
     )
+    parser.add_argument(
+        "--changelog-compression",
+        choices=CHANGELOG_COMPRESSIONS,
+        default=DEFAULTS.changelog_compression,
+        help=f"compression of the run states sent to the table's changelog (default {DEFAULTS.changelog_compression}; "
+        "zstd needs Kafka 2.1 or later)",
+    )
     _duration_option(
         parser,
         "--fetch-hold",
@@ -339,6 +349,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         flush_interval=args.flush_interval,
         max_in_flight=args.max_in_flight,
         linger_ms=int(round(args.linger * 1000)),
+        changelog_compression=args.changelog_compression,
         fetch_hold=args.fetch_hold,
         max_event_bytes=args.max_event_bytes,
         session_timeout=args.session_timeout,
@@ -391,6 +402,8 @@ def worker_argv(settings: Settings) -> list[str]:
         str(settings.max_in_flight),
         "--linger",
         f"{settings.linger_ms}ms",
+        "--changelog-compression",
+        settings.changelog_compression,
         "--fetch-hold",
         format_duration(settings.fetch_hold),
         "--max-event-bytes",

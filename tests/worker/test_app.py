@@ -1,10 +1,14 @@
-"""The worker app's correction of Faust's flow control."""
+"""The worker app: its correction of Faust's flow control, its loggers, a refused start."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from streams.worker.app import FlowControl
+from streams.worker.settings import Settings
 
 
 def queue_after_resumes(flow: FlowControlEvent, *, suspend_between: bool) -> int:
@@ -36,3 +40,19 @@ def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> N
 
     names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, LoopConsumer)}
     assert all(name.startswith("faust.") for name in names.values()), names
+
+
+def test_a_changelog_compression_without_its_library_stops_the_worker_before_it_connects(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from streams.worker import transport
+    from streams.worker.app import run_worker
+
+    monkeypatch.setitem(transport.CODECS, "zstd", (lambda: False, transport.CODECS["zstd"][1]))
+    settings = Settings(bootstrap="127.0.0.1:1", data_dir=tmp_path / "data", changelog_compression="zstd")
+    assert run_worker(settings) == 2
+    out = capsys.readouterr()
+    line = (out.out + out.err).strip().splitlines()[-1]
+    assert "event=startup_failed" in line
+    assert "--changelog-compression: zstd compression needs the cramjam package" in line
+    assert not (tmp_path / "data").exists()  # nothing made, nothing connected to

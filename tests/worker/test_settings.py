@@ -68,6 +68,8 @@ def test_worker_argv_reproduces_every_setting() -> None:
         "0",
         "--fetch-hold",
         "5ms",
+        "--changelog-compression",
+        "gzip",
         "--ttl",
         "2h",
         "--standby-replicas",
@@ -83,3 +85,12 @@ def test_worker_argv_reproduces_every_setting() -> None:
     assert again == settings
     assert (again.batch_size, again.flush_interval, again.max_in_flight) == (500, 0.075, 900)
     assert again.fetch_hold == 0.005
+    assert again.changelog_compression == "gzip"
+
+
+def test_an_unknown_changelog_compression_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse("--changelog-compression", "brotli")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--changelog-compression" in err and "'brotli'" in err and "zstd" in err

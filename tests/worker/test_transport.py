@@ -1,21 +1,26 @@
 """The worker's transport: the fetch pacer (fetches held while events stream
 in, never while they trickle or stop), the key partitioner and the producer's
-record batches (on a real broker)."""
+record batches and their compression (on a real broker)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from hashlib import sha256
 
 import faust
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from faust.types import TP
 
+from schemas.codec import encode_stored
+from schemas.state import Record, RunState, StoredRun
 from streams import kafka_clients
 from streams.tools.broker import LocalBroker
 from streams.worker.topics import ensure
-from streams.worker.transport import SCHEME, FetchPacer, KeyPartitioner
+from streams.worker.settings import CHANGELOG_COMPRESSIONS
+from streams.worker.transport import CODECS, SCHEME, FetchPacer, KeyPartitioner, codec_for
 from helpers import consume
 
 
@@ -89,6 +94,30 @@ def test_a_keyless_message_goes_to_an_available_partition() -> None:
     assert {KeyPartitioner()(None, [0, 1, 2, 3], [2]) for _ in range(20)} == {2}
 
 
+def send_records(
+    bootstrap: str, topic: str, groups: list[list[tuple[bytes, bytes]]], *, compression: str, batch_bytes: int
+) -> list[list[tuple[TP, int]]]:
+    """Each group of records through one ``send_records`` to partition 1, by
+    the worker's producer; what each group's awaitables gave."""
+    app = faust.App(
+        f"batches-{uuid.uuid4().hex[:8]}",
+        **kafka_clients.faust_connection(bootstrap, transport=SCHEME),
+        autodiscover=False,
+    )
+    app.changelog_compression = compression
+
+    async def send() -> list[list[tuple[TP, int]]]:
+        producer = app.producer
+        producer.records_batch_bytes = batch_bytes
+        await producer.start()
+        try:
+            return [await asyncio.gather(*await producer.send_records(topic, 1, group)) for group in groups]
+        finally:
+            await producer.stop()
+
+    return asyncio.run(send())
+
+
 @pytest.mark.integration
 def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(broker: LocalBroker) -> None:
     """Records larger together than one batch go in several, and a record
@@ -97,24 +126,9 @@ def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(bro
     topic = f"batches-{uuid.uuid4().hex[:8]}"
     ensure(broker.bootstrap, [(topic, 2, {})], 1)
     records = [(f"k{i}".encode(), bytes([65 + i % 26]) * (9000 if i == 5 else 900)) for i in range(20)]
-    app = faust.App(
-        f"batches-{uuid.uuid4().hex[:8]}",
-        **kafka_clients.faust_connection(broker.bootstrap, transport=SCHEME),
-        autodiscover=False,
-        producer_max_batch_size=4096,
+    first, second = send_records(
+        broker.bootstrap, topic, [records[:12], records[12:]], compression="none", batch_bytes=4096
     )
-
-    async def send() -> tuple[list[tuple[TP, int]], list[tuple[TP, int]]]:
-        producer = app.producer
-        await producer.start()
-        try:
-            first = await asyncio.gather(*await producer.send_records(topic, 1, records[:12]))
-            second = await asyncio.gather(*await producer.send_records(topic, 1, records[12:]))
-            return first, second
-        finally:
-            await producer.stop()
-
-    first, second = asyncio.run(send())
     assert len(first) >= 4, "11 records of 900 bytes and one of 9,000 do not fit in one batch of 4 KiB"
     assert {tp for tp, _ in first + second} == {TP(topic, 1)}
     offsets = [offset for _, offset in first + second]
@@ -124,3 +138,84 @@ def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(bro
     assert [(r.partition, r.offset, r.key, r.value) for r in landed] == [
         (1, offset, key, value) for offset, (key, value) in enumerate(records)
     ]
+
+
+def full_state(run: int) -> bytes:
+    """A stored run with a full history of distinct calls, as a busy worker writes them."""
+    history = [
+        Record(
+            "read",
+            f"read:{sha256(f'{run}/{i}'.encode()).hexdigest()}",
+            f"c{i}",
+            result_hash=sha256(b"%d" % i).hexdigest(),
+        )
+        for i in range(30)
+    ]
+    return encode_stored(StoredRun(1.0, RunState(last_seq=60, history=history)))
+
+
+def log_bytes(bootstrap: str, topic: str, partition: int) -> int:
+    """How many bytes the broker's log of one partition holds."""
+    admin = kafka_clients.admin(bootstrap)
+    try:
+        [described] = admin.describe_log_dirs({topic: [partition]})
+    finally:
+        admin.close()
+    return sum(
+        p["partition_size"]
+        for log_dir in described["log_dirs"]
+        for t in log_dir["topics"]
+        if t["name"] == topic
+        for p in t["partitions"]
+        if p["partition_index"] == partition
+    )
+
+
+async def read_back(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of a topic's first ``count`` records, by aiokafka (which Faust's recovery reads with)."""
+    consumer = kafka_clients.aio_consumer(bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, 1)])
+        await consumer.seek_to_beginning()
+        landed: list[tuple[bytes, bytes]] = []
+        while len(landed) < count:
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            landed += [(r.key, r.value) for records in batch.values() for r in records]
+        return landed
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.integration
+def test_compressed_batches_take_less_of_the_log_and_read_back_whole(broker: LocalBroker) -> None:
+    """zstd, the worker's default: run states (mostly hex digests) take under
+    60 % of their bytes in the broker's log, and come back byte for byte."""
+    states = [(f"run-{i}".encode(), full_state(i)) for i in range(60)]
+    raw = sum(len(key) + len(value) for key, value in states)
+    sizes = {}
+    for compression in ("zstd", "none"):
+        topic = f"compressed-{compression}-{uuid.uuid4().hex[:8]}"
+        ensure(broker.bootstrap, [(topic, 2, {})], 1)
+        [acked] = send_records(broker.bootstrap, topic, [states], compression=compression, batch_bytes=64 * 1024)
+        assert acked[-1] == (TP(topic, 1), 59)
+        assert asyncio.run(read_back(broker.bootstrap, topic, 60)) == states
+        sizes[compression] = log_bytes(broker.bootstrap, topic, 1)
+    assert sizes["none"] > raw
+    assert sizes["zstd"] < 0.6 * raw, sizes
+
+
+def test_a_compression_is_refused_with_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert codec_for("none") == 0
+    with pytest.raises(
+        ValueError, match="unknown compression 'brotli' \\(expected one of zstd, lz4, snappy, gzip, none\\)"
+    ):
+        codec_for("brotli")
+    monkeypatch.setitem(CODECS, "zstd", (lambda: False, CODECS["zstd"][1]))
+    with pytest.raises(ValueError, match="zstd compression needs the cramjam package"):
+        codec_for("zstd")
+
+
+def test_every_compression_the_worker_accepts_has_a_codec() -> None:
+    assert set(CODECS) == set(CHANGELOG_COMPRESSIONS)
+    assert all(installed() for installed, _ in CODECS.values()), "cramjam comes with the package"
