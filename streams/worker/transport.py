@@ -53,7 +53,8 @@ reaches the aiokafka producer through the driver's ``_ensure_producer``, as
 the driver's own ``send`` does, and builds its batches with aiokafka's
 ``BatchBuilder`` (the class ``create_batch`` returns) rather than through
 ``create_batch``, which gives every batch the producer's own size and
-compression. Those are
+compression; it compresses each batch itself (the builder's ``_build``)
+unless the producer is idempotent (its ``_txn_manager``). Those are
 the only non-public members used; a Faust, mode or aiokafka upgrade must
 re-check them.
 """
@@ -403,6 +404,7 @@ class Producer(driver.Producer):
         for key, value in records:
             if batch.append(key=key, value=value, timestamp=None) is None:  # full
                 sent.append(await self._send_batch(producer, batch, topic, partition))
+                await asyncio.sleep(0)  # new events get their verdicts between two compressions
                 batch = self._records_batch()
                 batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any record
         if batch.record_count():
@@ -413,6 +415,11 @@ class Producer(driver.Producer):
     async def _send_batch(producer: Any, batch: Any, topic: str, partition: int) -> Awaitable[tuple[TP, int]]:
         count = batch.record_count()
         batch.close()
+        if producer._txn_manager is None:
+            # Built (compressed) here, between yields; else the sender builds
+            # it with the next produce request, which the verdicts wait in.
+            # An idempotent producer stamps its batches first, so builds them itself.
+            batch._build()
         delivered = await producer.send_batch(batch, topic, partition=partition)
 
         async def last_offset() -> tuple[TP, int]:
