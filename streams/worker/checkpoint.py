@@ -29,27 +29,29 @@ from streams.worker.store import InFlight, Slot
 
 
 class Touched:
-    """A run a checkpoint took events of: its entry in flight, and whether
-    any of those events changed its state (a duplicate does not)."""
+    """A run a checkpoint took events of: its entry in flight, whether any of
+    those events changed its state (a duplicate does not), and that state's
+    bytes once sealed (encoded before a later event changes it)."""
 
-    __slots__ = ("run", "dirty")
+    __slots__ = ("run", "dirty", "sealed")
 
     def __init__(self, run: InFlight) -> None:
         self.run = run
         self.dirty = False
+        self.sealed: bytes | None = None
 
 
 class Checkpoint:
     """Events taken in a row and everything they must wait for."""
 
-    __slots__ = ("messages", "sent", "touched", "snapshots", "started")
+    __slots__ = ("messages", "sent", "touched", "closed", "started")
 
     def __init__(self) -> None:
         self.started = 0.0  # perf_counter() when its first event joined
         self.messages: list[Message] = []
         self.sent: list[Awaitable[Any]] = []  # verdict and dead-letter sends
         self.touched: dict[Slot, Touched] = {}
-        self.snapshots: list[tuple[int, bytes, bytes]] = []  # (partition, key, stored run)
+        self.closed = False  # no event joins it any more; its states are as it left them
 
     def touch(self, slot: Slot, run: InFlight) -> Touched:
         touched = self.touched.get(slot)
@@ -61,12 +63,10 @@ class Checkpoint:
 class States(Protocol):
     """The state store as a checkpoint sees it (streams.worker.store.RunStates)."""
 
-    def snapshot(self, checkpoint: Checkpoint) -> None:
-        """Encode the states the checkpoint changed, as they are when it closes."""
-
     async def write(self, checkpoint: Checkpoint) -> list[Awaitable[tuple[TP, int]]]:
-        """Write the snapshots; what their changelog records' acknowledgements give:
-        (partition, offset of a batch's last record)."""
+        """Write the states the checkpoint changed, as they were when it closed;
+        what their changelog records' acknowledgements give: (partition,
+        offset of a batch's last record)."""
 
     def persist(self, records: list[tuple[TP, int]]) -> None:
         """Record the changelog offsets the acknowledged records reached."""
@@ -93,8 +93,10 @@ class Checkpoints:
 
     A checkpoint closes ``flush_interval`` after its first event (a run
     touched again meanwhile is stored once) or when the processor finds it
-    full; closing snapshots the states it left, so later events can go on
-    changing them."""
+    full. Its states are encoded as it left them: while it is written, a
+    slice at a time, or earlier, by the store, when a later event is about
+    to change one (``RunStates.load``). Encoding them all at the close held
+    the processor 4-10 ms every checkpoint at 2,000 calls/s."""
 
     def __init__(
         self,
@@ -123,7 +125,7 @@ class Checkpoints:
 
     def close(self) -> None:
         checkpoint, self.open = self.open, Checkpoint()
-        self.states.snapshot(checkpoint)
+        checkpoint.closed = True
         self.closed.append(checkpoint)
         self._queued.set()
 

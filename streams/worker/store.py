@@ -28,7 +28,7 @@ from streams.observability import logs
 from streams.observability.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
-    from streams.worker.checkpoint import Checkpoint
+    from streams.worker.checkpoint import Checkpoint, Touched
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -124,10 +124,18 @@ class RunStates:
 
     def load(self, slot: Slot) -> InFlight:
         """The run's state in flight, else read from the table (not yet in flight:
-        ``hold`` puts it there once the engine has taken an event of it)."""
+        ``hold`` puts it there once the engine has taken an event of it).
+
+        The caller is about to change the state: if a closed checkpoint
+        still has to write it as it is now, it is encoded for that checkpoint first."""
         entry = self.live.get(slot)
         if entry is None:
-            entry = InFlight(self._read(slot))
+            return InFlight(self._read(slot))
+        checkpoint = entry.checkpoint
+        if checkpoint is not None and checkpoint.closed:
+            touched = checkpoint.touched.get(slot)
+            if touched is not None and touched.dirty and touched.sealed is None:
+                touched.sealed = self._encode(slot[1], entry.stored)
         return entry
 
     def hold(self, slot: Slot, entry: InFlight, checkpoint: Checkpoint) -> None:
@@ -158,19 +166,11 @@ class RunStates:
 
     # -- writes (called by the checkpoint) -------------------------------------
 
-    def snapshot(self, checkpoint: Checkpoint) -> None:
-        """The bytes of every state ``checkpoint`` changed, as they are now."""
-        now = time.time()
-        for (partition, key), touched in checkpoint.touched.items():
-            if touched.dirty:
-                stored = touched.run.stored
-                stored.touched = now
-                checkpoint.snapshots.append((partition, key, self._encode(key, stored)))
-
     def _encode(self, key: bytes, stored: StoredRun) -> bytes:
-        """The stored run's bytes; a state that cannot be stored (too large
-        for one message) keeps only its last seq, so the worker never stalls
-        on one pathological run."""
+        """The stored run's bytes, touched now; a state that cannot be stored
+        (too large for one message) keeps only its last seq, so the worker
+        never stalls on one pathological run."""
+        stored.touched = time.time()
         try:
             data = encode_stored(stored)
             if len(data) <= MAX_STATE_BYTES:
@@ -191,21 +191,37 @@ class RunStates:
         return encode_stored(stored)
 
     async def write(self, checkpoint: Checkpoint) -> list[Awaitable[tuple[TP, int]]]:
-        """Write the checkpoint's snapshots, a partition's in one RocksDB
-        write and one changelog send per slice; return the sends' awaitables.
-        Runs no later checkpoint took an event of leave the overlay: the table has them now."""
-        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
-        for partition, key, data in checkpoint.snapshots:
-            by_partition.setdefault(partition, []).append((key, data))
+        """Write the states the checkpoint changed, a slice of a partition's
+        at a time: encoded (unless sealed already), put in one RocksDB write
+        and sent to the changelog, with a yield after each slice. Return the
+        sends' awaitables. A slice's runs that no later checkpoint took an
+        event of leave the overlay once it is written (the table has them
+        now), and the checkpoint lets go of them, so their decoded states are
+        freed slice by slice rather than all at once with the checkpoint."""
+        by_partition: dict[int, list[Slot]] = {}
+        for slot in checkpoint.touched:
+            by_partition.setdefault(slot[0], []).append(slot)
         written = []
-        for partition, items in by_partition.items():
-            for start in range(0, len(items), WRITES_PER_YIELD):
-                chunk = items[start : start + WRITES_PER_YIELD]
-                self.store.write_in(partition, chunk)
-                written += await self.app.producer.send_records(self.changelog, partition, chunk)
+        for partition, slots in by_partition.items():
+            for start in range(0, len(slots), WRITES_PER_YIELD):
+                chunk = [(slot, checkpoint.touched.pop(slot)) for slot in slots[start : start + WRITES_PER_YIELD]]
+                items = [(slot[1], self._bytes_of(slot, touched)) for slot, touched in chunk if touched.dirty]
+                if items:
+                    self.store.write_in(partition, items)
+                    written += await self.app.producer.send_records(self.changelog, partition, items)
+                self._release(checkpoint, chunk)
+                del chunk, items
                 await asyncio.sleep(0)  # new events get their verdicts meanwhile
+        return written
+
+    def _bytes_of(self, slot: Slot, touched: Touched) -> bytes:
+        """A state as its checkpoint left it: sealed by a later event, or else
+        unchanged since (no event of the run came after the checkpoint)."""
+        return touched.sealed if touched.sealed is not None else self._encode(slot[1], touched.run.stored)
+
+    def _release(self, checkpoint: Checkpoint, chunk: list[tuple[Slot, Touched]]) -> None:
         live = self.live
-        for slot, touched in checkpoint.touched.items():
+        for slot, touched in chunk:
             entry = touched.run
             if entry.checkpoint is checkpoint:
                 # The entry and the checkpoint refer to each other: without
@@ -215,7 +231,6 @@ class RunStates:
                 entry.checkpoint = None
                 if live.get(slot) is entry:
                     del live[slot]
-        return written
 
     def persist(self, records: Sequence[tuple[TP, int]]) -> None:
         """Record how far the changelog holds what the table holds ((partition,

@@ -20,9 +20,6 @@ class FakeStates:
         self.log = log
         self.changelog: list[asyncio.Future[Any]] = []
 
-    def snapshot(self, checkpoint: Checkpoint) -> None:
-        self.log.append("snapshot")
-
     async def write(self, checkpoint: Checkpoint) -> list[asyncio.Future[Any]]:
         self.log.append("write states")
         future = asyncio.get_running_loop().create_future()
@@ -112,9 +109,9 @@ def test_a_failed_state_write_acknowledges_nothing() -> None:
     assert asyncio.run(scenario()) == ["write states", "states acknowledged"]
 
 
-def test_checkpoints_finish_in_order_and_snapshot_when_closed() -> None:
+def test_checkpoints_finish_in_order() -> None:
     """The second checkpoint's sends are acknowledged first; it still waits
-    for the first to finish, and each snapshots its states when it closes."""
+    for the first to finish. Closing one takes no events any more into it."""
 
     async def scenario() -> tuple[list[str], list[int]]:
         log: list[str] = []
@@ -128,9 +125,11 @@ def test_checkpoints_finish_in_order_and_snapshot_when_closed() -> None:
         first.sent.append(verdict_send(log, "verdict 1"))
         checkpoints.close()
         second = checkpoints.join(message(2))
+        assert first.closed and not second.closed
         second.sent.append(verdict_send(log, "verdict 2"))
         checkpoints.close()
-        assert log == ["snapshot", "snapshot"]
+        assert second.closed and checkpoints.open.messages == []
+        assert log == []
         second.sent[0].set_result(None)
         await settle()
         assert "write states" not in log
@@ -146,7 +145,7 @@ def test_checkpoints_finish_in_order_and_snapshot_when_closed() -> None:
     log, finished = asyncio.run(scenario())
     first = ["write states", "states acknowledged", "offsets persisted", "ack 1"]
     second = ["write states", "states acknowledged", "offsets persisted", "ack 2"]
-    assert log == ["snapshot", "snapshot", "verdict 2 acknowledged", "verdict 1 acknowledged", *first, *second]
+    assert log == ["verdict 2 acknowledged", "verdict 1 acknowledged", *first, *second]
     assert finished == [1, 1]
 
 
@@ -165,4 +164,4 @@ def test_an_open_checkpoint_closes_after_the_flush_interval() -> None:
         runner.cancel()
         return log
 
-    assert asyncio.run(scenario()) == ["snapshot", "write states", "states acknowledged", "offsets persisted", "ack 7"]
+    assert asyncio.run(scenario()) == ["write states", "states acknowledged", "offsets persisted", "ack 7"]

@@ -194,6 +194,45 @@ def test_a_checkpoint_writes_each_partition_at_once_and_persists_its_highest_cha
     assert sorted(store.persisted) == [(("runs-changelog", 0), 3), (("runs-changelog", 1), 0)]
 
 
+def test_a_closed_checkpoint_writes_each_run_as_it_left_it() -> None:
+    """Events of a run taken after its checkpoint closed, before that
+    checkpoint is written, change nothing it writes: the run is encoded for
+    it first (sealed). A run no later event touched is encoded at the write.
+    The next checkpoint then writes the newer state."""
+
+    async def scenario() -> tuple[list[int], list[int], Processor]:
+        producer = FakeProducer()
+        processor = make_processor(producer)
+        await processor.take(message(call_of(b"busy", 1), b"busy", 0))
+        await processor.take(message(call_of(b"quiet", 1), b"quiet", 1))
+        processor.checkpoints.close()
+        closed = processor.checkpoints.closed.popleft()
+        assert closed.touched[(0, b"busy")].sealed is None, "closing encodes nothing"
+        await processor.take(message(call_of(b"busy", 2), b"busy", 2))
+        assert closed.touched[(0, b"busy")].sealed is not None, "sealed before the later event changed it"
+        assert closed.touched[(0, b"quiet")].sealed is None
+        rows = processor.states.store.rows
+        finishing = asyncio.ensure_future(finish(closed, processor.states, processor._ack))
+        while not finishing.done():
+            for _topic, _value, future in producer.sent:
+                if not future.done():
+                    future.set_result(None)
+            for topic, partition, records, future in producer.batches:
+                if not future.done():
+                    future.set_result(((topic, partition), records - 1))
+            await asyncio.sleep(0)
+        first = [decode_stored(rows[(0, key)]).state.last_seq for key in (b"busy", b"quiet")]
+        assert set(processor.states.live) == {(0, b"busy")}, "the quiet run left the overlay, the busy one did not"
+        await finish_open(processor, producer)
+        second = [decode_stored(rows[(0, key)]).state.last_seq for key in (b"busy", b"quiet")]
+        return first, second, processor
+
+    first, second, processor = asyncio.run(scenario())
+    assert first == [1, 1]
+    assert second == [2, 1]
+    assert not processor.states.live
+
+
 def test_a_run_starts_from_its_stored_state() -> None:
     async def scenario() -> Processor:
         processor = make_processor(FakeProducer())
