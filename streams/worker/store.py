@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import faust
@@ -103,10 +103,15 @@ class RunStates:
     Faust does, so recovery resumes from it.
     """
 
-    def __init__(self, app: faust.App, table: Any, metrics: WorkerMetrics) -> None:
+    def __init__(
+        self, app: faust.App, table: Any, metrics: WorkerMetrics, behind: Callable[[], bool] = lambda: False
+    ) -> None:
         self.app = app
         self.table = table
         self.metrics = metrics
+        #: Whether the worker is behind its events, asked once a slice: its
+        #: changelog batches are larger then (``Producer.send_records``).
+        self.behind = behind
         self.live: dict[Slot, InFlight] = {}
         self._changelog: str | None = None
 
@@ -208,7 +213,9 @@ class RunStates:
                 items = [(slot[1], self._bytes_of(slot, touched)) for slot, touched in chunk if touched.dirty]
                 if items:
                     self.store.write_in(partition, items)
-                    written += await self.app.producer.send_records(self.changelog, partition, items)
+                    written += await self.app.producer.send_records(
+                        self.changelog, partition, items, behind=self.behind()
+                    )
                 self._release(checkpoint, chunk)
                 del chunk, items
                 await asyncio.sleep(0)  # new events get their verdicts meanwhile

@@ -370,13 +370,18 @@ def codec_for(name: str) -> int:
 class Producer(driver.Producer):
     """Faust's aiokafka producer, which can also send records a batch at a time."""
 
-    #: Uncompressed bytes in one batch of ``send_records`` (a larger record
-    #: goes in a batch of its own). A verdict sent meanwhile shares a produce
-    #: request with one batch of each partition, so it waits for that batch's
-    #: transfer and append: at the producer's 512 KiB the verdicts' p99 at
-    #: 2,000 calls/s was about twice as long (bench/README.md, "Compressed
-    #: changelog batches").
+    #: Uncompressed bytes in one batch of ``send_records`` while the worker
+    #: keeps up (a larger record goes in a batch of its own). A verdict sent
+    #: meanwhile shares a produce request with one batch of each partition,
+    #: so it waits for that batch's transfer and append: at 512 KiB the
+    #: verdicts' p99 at 2,000 calls/s was about twice as long (bench/README.md,
+    #: "Compressed changelog batches").
     records_batch_bytes = 64 * 1024
+    #: The same while the worker is behind (``behind``): its verdicts wait in
+    #: the backlog then, and a checkpoint's states in an eighth as many
+    #: batches cost less CPU per event (bench/README.md, "Changelog batches
+    #: that follow the load").
+    records_batch_bytes_behind = 512 * 1024
 
     @cached_property
     def records_codec(self) -> int:
@@ -384,15 +389,14 @@ class Producer(driver.Producer):
         ``changelog_compression`` (the worker's ``--changelog-compression``), else none."""
         return codec_for(getattr(self.app, "changelog_compression", "none"))
 
-    def _records_batch(self) -> BatchBuilder:
-        return BatchBuilder(self.records_batch_bytes, self.records_codec)
-
     async def send_records(
-        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes]]
+        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes]], *, behind: bool = False
     ) -> list[Awaitable[tuple[TP, int]]]:
         """Send ``records`` (key, value) to one partition in as few record
-        batches as they fit; each awaitable gives the partition and the offset
-        of its batch's last record once the broker has acknowledged it.
+        batches as they fit (of ``records_batch_bytes``, or
+        ``records_batch_bytes_behind`` if the caller is ``behind``); each
+        awaitable gives the partition and the offset of its batch's last
+        record once the broker has acknowledged it.
 
         One ``send`` a record cost a future, a partitioner call and the
         accumulator's bookkeeping each (a checkpoint's changelog records
@@ -400,12 +404,13 @@ class Producer(driver.Producer):
         record builder. Not for transactions: the changelog is outside them."""
         producer = self._ensure_producer()
         sent: list[Awaitable[tuple[TP, int]]] = []
-        batch = self._records_batch()
+        size, codec = self.records_batch_bytes_behind if behind else self.records_batch_bytes, self.records_codec
+        batch = BatchBuilder(size, codec)
         for key, value in records:
             if batch.append(key=key, value=value, timestamp=None) is None:  # full
                 sent.append(await self._send_batch(producer, batch, topic, partition))
-                await asyncio.sleep(0)  # new events get their verdicts between two compressions
-                batch = self._records_batch()
+                await asyncio.sleep(0)  # new events get their verdicts between two batches
+                batch = BatchBuilder(size, codec)
                 batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any record
         if batch.record_count():
             sent.append(await self._send_batch(producer, batch, topic, partition))

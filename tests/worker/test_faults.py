@@ -510,10 +510,13 @@ def test_worker_joins_and_leaves_mid_trace(broker, tmp_path: Path) -> None:
 def test_rocksdb_deleted_state_rebuilt_from_changelog(broker, tmp_path: Path) -> None:
     """The worker is stopped, its whole data dir (RocksDB) deleted, and it
     is started again: the run states come back from the changelog, so the
-    runs of the first half continue their counts in the second."""
+    runs of the first half continue their counts in the second. The
+    changelog is zstd-compressed (not the default), so recovery reads
+    compressed batches too."""
+    zstd = ["--changelog-compression", "zstd"]
     with fault_case(broker.bootstrap, tmp_path, "rocks", runs=48, per_run=40, seed=15) as case:
         half = len(case.lines) // 2
-        w = Worker(broker.bootstrap, case.t, tmp_path, "w", config=case.config).start()
+        w = Worker(broker.bootstrap, case.t, tmp_path, "w", config=case.config, extra=zstd).start()
         case.workers.append(w)
         produce(broker.bootstrap, case.t["events"], case.lines[:half])
         case.tail.wait_distinct(len(reference(case.lines[:half], case.config)), 120, case.workers)
@@ -523,7 +526,7 @@ def test_rocksdb_deleted_state_rebuilt_from_changelog(broker, tmp_path: Path) ->
         shutil.rmtree(w.data_dir)
         produce(broker.bootstrap, case.t["events"], case.lines[half:])
         restarted = time.monotonic()
-        w2 = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config).start()
+        w2 = incarnation(broker.bootstrap, case.t, tmp_path, "w", 1, config=case.config, extra=zstd).start()
         case.workers.append(w2)
         resumed = case.tail.wait(
             lambda: case.tail.new_since(restarted) is not None, 120, "first verdict after restore", [w2]

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,6 +37,7 @@ class FakeProducer:
     batches: list[tuple[str, int, int, asyncio.Future[Any]]] = field(
         default_factory=list
     )  # (topic, partition, records, acknowledged)
+    behind: list[bool] = field(default_factory=list)  # of each send_records
 
     async def send(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None, *args: Any, **kw: Any
@@ -48,10 +49,13 @@ class FakeProducer:
         self.partitions.append(partition)
         return future
 
-    async def send_records(self, topic: str, partition: int, records: list[tuple[bytes, bytes]]) -> list[Any]:
+    async def send_records(
+        self, topic: str, partition: int, records: list[tuple[bytes, bytes]], *, behind: bool = False
+    ) -> list[Any]:
         """One batch; it gives (partition, its last record's offset) once acknowledged."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.batches.append((topic, partition, len(records), future))
+        self.behind.append(behind)
         return [future]
 
 
@@ -192,6 +196,30 @@ def test_a_checkpoint_writes_each_partition_at_once_and_persists_its_highest_cha
     assert sorted(store.writes) == [(0, 1), (0, 3), (1, 1)]
     assert {key for _, key in store.rows} == {key for _, key in runs}
     assert sorted(store.persisted) == [(("runs-changelog", 0), 3), (("runs-changelog", 1), 0)]
+
+
+def test_a_worker_behind_its_events_sends_its_states_as_behind() -> None:
+    """With half of ``max_in_flight`` events unfinished or more, a
+    checkpoint's states go to the producer as ``behind`` (in larger
+    changelog batches); with fewer, as keeping up."""
+    settings = replace(SETTINGS, max_in_flight=4)
+
+    async def scenario() -> tuple[list[bool], list[bool]]:
+        producer = FakeProducer()
+        processor = make_processor(producer, settings)
+        said = []
+        for offset, runs in enumerate([[b"a"], [b"b", b"c"]]):
+            fed = [message(call_of(run, 1), run, 10 * offset + i) for i, run in enumerate(runs)]
+            processor.feed(fed, 0.0)
+            said.append(processor.behind())
+            for m in fed:
+                await processor.take(m)
+            await finish_open(processor, producer)
+        return said, producer.behind
+
+    said, sent = asyncio.run(scenario())
+    assert said == [False, True], "1 of 4 unfinished keeps up; 3 of 4 is behind"
+    assert sent == said
 
 
 def test_a_closed_checkpoint_writes_each_run_as_it_left_it() -> None:

@@ -95,10 +95,17 @@ def test_a_keyless_message_goes_to_an_available_partition() -> None:
 
 
 def send_records(
-    bootstrap: str, topic: str, groups: list[list[tuple[bytes, bytes]]], *, compression: str, batch_bytes: int
+    bootstrap: str,
+    topic: str,
+    groups: list[list[tuple[bytes, bytes]]],
+    *,
+    compression: str,
+    batch_bytes: int,
+    behind: bool = False,
 ) -> list[list[tuple[TP, int]]]:
     """Each group of records through one ``send_records`` to partition 1, by
-    the worker's producer; what each group's awaitables gave."""
+    the worker's producer, with batches of ``batch_bytes`` (keeping up) and
+    four times that (behind); what each group's awaitables gave."""
     app = faust.App(
         f"batches-{uuid.uuid4().hex[:8]}",
         **kafka_clients.faust_connection(bootstrap, transport=SCHEME),
@@ -109,9 +116,12 @@ def send_records(
     async def send() -> list[list[tuple[TP, int]]]:
         producer = app.producer
         producer.records_batch_bytes = batch_bytes
+        producer.records_batch_bytes_behind = 4 * batch_bytes
         await producer.start()
         try:
-            return [await asyncio.gather(*await producer.send_records(topic, 1, group)) for group in groups]
+            return [
+                await asyncio.gather(*await producer.send_records(topic, 1, group, behind=behind)) for group in groups
+            ]
         finally:
             await producer.stop()
 
@@ -138,6 +148,20 @@ def test_records_sent_as_batches_land_in_order_and_report_their_last_offsets(bro
     assert [(r.partition, r.offset, r.key, r.value) for r in landed] == [
         (1, offset, key, value) for offset, (key, value) in enumerate(records)
     ]
+
+
+@pytest.mark.integration
+def test_a_worker_behind_sends_the_same_records_in_fewer_larger_batches(broker: LocalBroker) -> None:
+    topic = f"behind-{uuid.uuid4().hex[:8]}"
+    ensure(broker.bootstrap, [(topic, 2, {})], 1)
+    records = [(f"k{i}".encode(), bytes([65 + i % 26]) * 900) for i in range(24)]
+    [keeping_up] = send_records(broker.bootstrap, topic, [records], compression="none", batch_bytes=4096)
+    [behind] = send_records(broker.bootstrap, topic, [records], compression="none", batch_bytes=4096, behind=True)
+    assert len(keeping_up) >= 6, "24 records of 900 bytes take six batches of 4 KiB or more"
+    assert len(behind) <= len(keeping_up) // 3, (keeping_up, behind)
+    assert (keeping_up[-1][1], behind[-1][1]) == (23, 47)
+    landed = consume(broker.bootstrap, topic, count=48, timeout=30)
+    assert [(r.key, r.value) for r in landed] == records + records
 
 
 def full_state(run: int) -> bytes:
@@ -189,8 +213,9 @@ async def read_back(bootstrap: str, topic: str, count: int) -> list[tuple[bytes,
 
 @pytest.mark.integration
 def test_compressed_batches_take_less_of_the_log_and_read_back_whole(broker: LocalBroker) -> None:
-    """zstd, the worker's default: run states (mostly hex digests) take under
-    60 % of their bytes in the broker's log, and come back byte for byte."""
+    """zstd (``--changelog-compression zstd``): run states (mostly hex
+    digests) take under 60 % of their bytes in the broker's log, and come
+    back byte for byte."""
     states = [(f"run-{i}".encode(), full_state(i)) for i in range(60)]
     raw = sum(len(key) + len(value) for key, value in states)
     sizes = {}
