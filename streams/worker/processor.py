@@ -94,7 +94,8 @@ class Processor:
     def behind(self) -> bool:
         """Whether at least half of ``max_in_flight`` events are unfinished:
         the worker is not keeping up, so its verdicts wait in that backlog
-        rather than behind a changelog batch, and larger batches are cheaper.
+        rather than behind a changelog batch, and its changelog batches are
+        larger (``Producer.records_batch_bytes_behind``).
         Keeping up, about a checkpoint's events are in flight (1,000-2,000
         at 2,000 calls/s against a limit of 20,000)."""
         return self.in_flight * 2 >= self.settings.max_in_flight

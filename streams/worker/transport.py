@@ -374,13 +374,13 @@ class Producer(driver.Producer):
     #: keeps up (a larger record goes in a batch of its own). A verdict sent
     #: meanwhile shares a produce request with one batch of each partition,
     #: so it waits for that batch's transfer and append: at 512 KiB the
-    #: verdicts' p99 at 2,000 calls/s was about twice as long (bench/README.md,
-    #: "Compressed changelog batches").
+    #: verdicts' p99 at 2,000 calls/s was half as long again (bench/README.md,
+    #: "Changelog batches that follow the load").
     records_batch_bytes = 64 * 1024
     #: The same while the worker is behind (``behind``): its verdicts wait in
-    #: the backlog then, and a checkpoint's states in an eighth as many
-    #: batches cost less CPU per event (bench/README.md, "Changelog batches
-    #: that follow the load").
+    #: the backlog then, not behind a batch, and a checkpoint's states go in
+    #: an eighth as many batches and produce requests (bench/README.md,
+    #: "Changelog batches that follow the load").
     records_batch_bytes_behind = 512 * 1024
 
     @cached_property
