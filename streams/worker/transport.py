@@ -389,6 +389,9 @@ class Producer(driver.Producer):
         ``changelog_compression`` (the worker's ``--changelog-compression``), else none."""
         return codec_for(getattr(self.app, "changelog_compression", "none"))
 
+    def _records_batch(self, behind: bool) -> BatchBuilder:
+        return BatchBuilder(self.records_batch_bytes_behind if behind else self.records_batch_bytes, self.records_codec)
+
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes]], *, behind: bool = False
     ) -> list[Awaitable[tuple[TP, int]]]:
@@ -404,13 +407,12 @@ class Producer(driver.Producer):
         record builder. Not for transactions: the changelog is outside them."""
         producer = self._ensure_producer()
         sent: list[Awaitable[tuple[TP, int]]] = []
-        size, codec = self.records_batch_bytes_behind if behind else self.records_batch_bytes, self.records_codec
-        batch = BatchBuilder(size, codec)
+        batch = self._records_batch(behind)
         for key, value in records:
             if batch.append(key=key, value=value, timestamp=None) is None:  # full
                 sent.append(await self._send_batch(producer, batch, topic, partition))
                 await asyncio.sleep(0)  # new events get their verdicts between two batches
-                batch = BatchBuilder(size, codec)
+                batch = self._records_batch(behind)
                 batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any record
         if batch.record_count():
             sent.append(await self._send_batch(producer, batch, topic, partition))
