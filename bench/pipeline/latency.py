@@ -52,7 +52,9 @@ Cores. By default every process shares every core, as on a small host.
 ``--side-cpus CPUS`` (with ``--bootstrap`` and ``--broker-pid``) gives the
 sides those cores and the generator and the broker the others: each side is
 then measured with cores of its own (the others idle between their drives),
-which tells CPU contention apart from the side's own waits.
+which tells CPU contention apart from the side's own waits. With
+``--broker-pid`` alone, each drive also reports the broker's CPU-s: what
+the side made the broker do, on the cores the side shares with it.
 
 Each stage is given as the median over rounds of its p50 and its p99, and,
 under ``tail``, the median over rounds of its median among the slowest 1 %
@@ -362,6 +364,7 @@ def summarise(sides: list[Side], rows: list[dict[str, Any]], rates: list[int]) -
                 "side": side.label,
                 **{k: c.median([r[k] for r in mine]) for k in ("achieved_per_s", "p50_ms", "p99_ms", "max_ms")},
                 "cpu_s": c.median([r["side_cpu_s"] for r in mine]),
+                "broker_cpu_s": c.median([r.get("broker_cpu_s", float("nan")) for r in mine]),
                 "load1": c.median([r["load1"] for r in mine]),
                 "rounds": len(mine),
             }
@@ -409,7 +412,11 @@ def main() -> int:
     p.add_argument("--variant", action="append", default=[], help="LABEL=OPTIONS: one more worker (repeatable)")
     p.add_argument("worker_args", nargs="*", help="extra `loopwarden worker` options of every worker (after --)")
     p.add_argument("--side-cpus", default="", help="CPUS (e.g. 1 or 2-3): the sides' cores; the others run the rest")
-    p.add_argument("--broker-pid", type=int, help="the --bootstrap broker's process, pinned with --side-cpus")
+    p.add_argument(
+        "--broker-pid",
+        type=int,
+        help="the --bootstrap broker's process: its CPU-s in each drive are reported; pinned with --side-cpus",
+    )
     args = p.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
     cpus = pin_outside_sides(args)
@@ -422,6 +429,7 @@ def main() -> int:
                     order = sides[n % len(sides) :] + sides[: n % len(sides)]
                     for side in order:
                         load, cpu0 = c.load_average(), c.cpu_seconds(side.proc.pid)
+                        broker0 = c.cpu_seconds(args.broker_pid) if args.broker_pid else float("nan")
                         row, samples = asyncio.run(
                             drive(
                                 bootstrap,
@@ -435,13 +443,15 @@ def main() -> int:
                         )
                         row.update(round=n + 1, side=side.label, side_cpu_s=c.cpu_seconds(side.proc.pid) - cpu0)
                         row["load1"] = load
+                        if args.broker_pid:
+                            row["broker_cpu_s"] = c.cpu_seconds(args.broker_pid) - broker0
                         side.samples[(n, rate)] = samples
                         rows.append(row)
                         print(
                             c.table(
                                 [row],
                                 ["round", "side", "offered_per_s", "achieved_per_s", "p50_ms", "p99_ms", "max_ms"]
-                                + ["deferred", "side_cpu_s", "load1"],
+                                + ["deferred", "side_cpu_s", *(["broker_cpu_s"] if args.broker_pid else []), "load1"],
                             ),
                             flush=True,
                         )
@@ -456,7 +466,7 @@ def main() -> int:
     medians, stages = summarise(sides, rows, rates)
     print("\nmedians over rounds (ratios: worker median / relay median, same run):")
     columns = ["offered_per_s", "side", "achieved_per_s", "p50_ms", "p99_ms", "max_ms", "p50_ratio", "p99_ratio"]
-    print(c.table(medians, [*columns, "cpu_s", "load1", "rounds"]))
+    print(c.table(medians, [*columns, "cpu_s", *(["broker_cpu_s"] if args.broker_pid else []), "load1", "rounds"]))
     print("\nstages, ms (median over rounds of each stage's p50 and p99; tail: its median in the slowest 1 %):")
     print(c.table(stages, ["offered_per_s", "side", "stage", "p50", "p99", "tail"]))
     c.record("latency", args, {"runs": rows, "median": medians, "stages": stages})
