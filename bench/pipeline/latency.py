@@ -364,7 +364,7 @@ def summarise(sides: list[Side], rows: list[dict[str, Any]], rates: list[int]) -
                 "side": side.label,
                 **{k: c.median([r[k] for r in mine]) for k in ("achieved_per_s", "p50_ms", "p99_ms", "max_ms")},
                 "cpu_s": c.median([r["side_cpu_s"] for r in mine]),
-                "broker_cpu_s": c.median([r.get("broker_cpu_s", float("nan")) for r in mine]),
+                **({"broker_cpu_s": c.median([r["broker_cpu_s"] for r in mine])} if "broker_cpu_s" in mine[0] else {}),
                 "load1": c.median([r["load1"] for r in mine]),
                 "rounds": len(mine),
             }
