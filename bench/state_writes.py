@@ -1,0 +1,74 @@
+"""What one checkpoint slice's RocksDB write costs the worker's loop, with
+and without RocksDB's write-ahead log.
+
+    python -m bench.state_writes [--states 200] [--state-bytes 4667] [--writes 200] [--repeat 5]
+
+Each write puts ``--states`` run states of ``--state-bytes`` (a full
+30-call history is 4,667 bytes) in one WriteBatch into a real run-table
+partition (``RunStore``, the worker's store, on a Faust app with no broker):
+``unlogged`` is ``RunStore.write_in`` as the worker writes (no write-ahead
+log: the changelog topic is the table's log); ``logged`` is the same batch
+with RocksDB's default write options. rocksdict holds the GIL for the whole
+write (bench/gil_rocksdict.py), so this is how long the worker's event loop
+stands still for a slice. Passes interleave; medians of each pass's median
+write are reported, with the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import faust
+from rocksdict import WriteBatch, WriteOptions
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--states", type=int, default=200, help="states a write (a slice: WRITES_PER_YIELD)")
+    p.add_argument("--state-bytes", type=int, default=4667)
+    p.add_argument("--writes", type=int, default=200, help="writes a pass")
+    p.add_argument("--repeat", type=int, default=5, help="passes of each")
+    args = p.parse_args(argv)
+    app = faust.App(
+        "state-writes", broker="memory://", store="loopwarden://", datadir=tempfile.mkdtemp(prefix="lw-sw-")
+    )
+    store = app.Table("runs", partitions=1).data
+    db = store._db_for_partition(0)
+    items = [(b"run-%06d" % i, os.urandom(args.state_bytes)) for i in range(args.states * 8)]
+    logged = WriteOptions()
+
+    def unlogged_write(chunk: list[tuple[bytes, bytes]]) -> None:
+        store.write_in(0, chunk)
+
+    def logged_write(chunk: list[tuple[bytes, bytes]]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in chunk:
+            batch.put(key, value)
+        db.write(batch, logged)
+
+    sides = {"unlogged (worker)": unlogged_write, "logged (RocksDB default)": logged_write}
+    medians: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(args.repeat):
+        for name, write in sides.items():
+            times = []
+            for n in range(args.writes):
+                start = (n % 8) * args.states
+                chunk = items[start : start + args.states]
+                began = time.perf_counter()
+                write(chunk)
+                times.append(time.perf_counter() - began)
+            medians[name].append(statistics.median(times))
+    base = statistics.median(medians["logged (RocksDB default)"])
+    print(f"{args.states} states of {args.state_bytes} bytes a write; median of {args.repeat} passes' medians:")
+    for name, values in medians.items():
+        ms = statistics.median(values) * 1000
+        print(f"  {name:26s} {ms:7.3f} ms a write ({ms * 1000 / args.states:6.2f} µs a state), x{ms / 1000 / base:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
