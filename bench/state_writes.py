@@ -25,6 +25,8 @@ import time
 import faust
 from rocksdict import WriteBatch, WriteOptions
 
+from streams import kafka_clients
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -34,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5, help="passes of each")
     args = p.parse_args(argv)
     app = faust.App(
-        "state-writes", broker="memory://", store="loopwarden://", datadir=tempfile.mkdtemp(prefix="lw-sw-")
+        "state-writes",
+        **kafka_clients.faust_connection("localhost", transport="memory"),  # no broker: the store alone
+        store="loopwarden://",
+        datadir=tempfile.mkdtemp(prefix="lw-sw-"),
     )
     store = app.Table("runs", partitions=1).data
     db = store._db_for_partition(0)

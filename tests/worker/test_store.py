@@ -16,6 +16,7 @@ from pathlib import Path
 import faust
 from faust.types import TP
 
+from streams import kafka_clients
 from streams.worker.store import RunStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)
@@ -29,7 +30,15 @@ WRITER = textwrap.dedent(
     import faust
     from faust.types import TP
 
-    app = faust.App("store-test", broker="memory://", store="loopwarden://", datadir=sys.argv[1], autodiscover=False)
+    from streams import kafka_clients
+
+    app = faust.App(
+        "store-test",
+        **kafka_clients.faust_connection("localhost", transport="memory"),  # no broker: the store alone
+        store="loopwarden://",
+        datadir=sys.argv[1],
+        autodiscover=False,
+    )
     store = app.Table("runs", partitions=1).data
     tp = TP("store-test-runs-changelog", 0)
     store.write_in(0, [(b"run-a", b"state 1"), (b"run-b", b"state 1")])
@@ -46,7 +55,13 @@ WRITER = textwrap.dedent(
 
 
 def reopen(datadir: Path) -> RunStore:
-    app = faust.App("store-test", broker="memory://", store="loopwarden://", datadir=str(datadir), autodiscover=False)
+    app = faust.App(
+        "store-test",
+        **kafka_clients.faust_connection("localhost", transport="memory"),
+        store="loopwarden://",
+        datadir=str(datadir),
+        autodiscover=False,
+    )
     return app.Table("runs", partitions=1).data
 
 
