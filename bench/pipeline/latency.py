@@ -420,6 +420,7 @@ def main() -> int:
     args = p.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
     cpus = pin_outside_sides(args)
+    broker_column = ["broker_cpu_s"] if args.broker_pid else []
     rows: list[dict[str, Any]] = []
     with c.broker(args.bootstrap) as bootstrap:
         sides = start_sides(bootstrap, args, cpus)
@@ -429,7 +430,7 @@ def main() -> int:
                     order = sides[n % len(sides) :] + sides[: n % len(sides)]
                     for side in order:
                         load, cpu0 = c.load_average(), c.cpu_seconds(side.proc.pid)
-                        broker0 = c.cpu_seconds(args.broker_pid) if args.broker_pid else float("nan")
+                        broker0 = c.cpu_seconds(args.broker_pid) if args.broker_pid else 0.0
                         row, samples = asyncio.run(
                             drive(
                                 bootstrap,
@@ -451,7 +452,7 @@ def main() -> int:
                             c.table(
                                 [row],
                                 ["round", "side", "offered_per_s", "achieved_per_s", "p50_ms", "p99_ms", "max_ms"]
-                                + ["deferred", "side_cpu_s", *(["broker_cpu_s"] if args.broker_pid else []), "load1"],
+                                + ["deferred", "side_cpu_s", *broker_column, "load1"],
                             ),
                             flush=True,
                         )
@@ -466,7 +467,7 @@ def main() -> int:
     medians, stages = summarise(sides, rows, rates)
     print("\nmedians over rounds (ratios: worker median / relay median, same run):")
     columns = ["offered_per_s", "side", "achieved_per_s", "p50_ms", "p99_ms", "max_ms", "p50_ratio", "p99_ratio"]
-    print(c.table(medians, [*columns, "cpu_s", *(["broker_cpu_s"] if args.broker_pid else []), "load1", "rounds"]))
+    print(c.table(medians, [*columns, "cpu_s", *broker_column, "load1", "rounds"]))
     print("\nstages, ms (median over rounds of each stage's p50 and p99; tail: its median in the slowest 1 %):")
     print(c.table(stages, ["offered_per_s", "side", "stage", "p50", "p99", "tail"]))
     c.record("latency", args, {"runs": rows, "median": medians, "stages": stages})

@@ -8,9 +8,10 @@ moment, and recovery replays the changelog from that moment's offset.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import faust
@@ -21,53 +22,42 @@ from streams.worker.store import RunStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)
 
-#: Writes a first state and offset and flushes them to disk, then a second
-#: state and offset, and ends as told: killed (os._exit, nothing closed), or
-#: stopped as Faust stops its stores.
-WRITER = textwrap.dedent(
-    """
-    import asyncio, os, sys
-    import faust
-    from faust.types import TP
+ROOT = Path(__file__).resolve().parents[2]
 
-    from streams import kafka_clients
 
+def open_store(datadir: str) -> RunStore:
+    """The run table's store of one partition in ``datadir``, on a Faust app with no broker."""
     app = faust.App(
         "store-test",
         **kafka_clients.faust_connection("localhost", transport="memory"),  # no broker: the store alone
         store="loopwarden://",
-        datadir=sys.argv[1],
-        autodiscover=False,
-    )
-    store = app.Table("runs", partitions=1).data
-    tp = TP("store-test-runs-changelog", 0)
-    store.write_in(0, [(b"run-a", b"state 1"), (b"run-b", b"state 1")])
-    store.set_persisted_offset(tp, 10)
-    store._db_for_partition(0).flush()
-    store.write_in(0, [(b"run-a", b"state 2")])
-    store.delete_in(0, b"run-b")
-    store.set_persisted_offset(tp, 12)
-    if sys.argv[2] == "kill":
-        os._exit(9)
-    asyncio.run(store.stop())
-    """
-)
-
-
-def reopen(datadir: Path) -> RunStore:
-    app = faust.App(
-        "store-test",
-        **kafka_clients.faust_connection("localhost", transport="memory"),
-        store="loopwarden://",
-        datadir=str(datadir),
+        datadir=datadir,
         autodiscover=False,
     )
     return app.Table("runs", partitions=1).data
 
 
+def write(datadir: str, end: str) -> None:
+    """Run in a child process: a first state and offset, flushed to disk, then
+    a second state and offset; then the end it is told: ``kill`` (os._exit,
+    nothing closed) or ``stop`` (as Faust stops its stores)."""
+    store = open_store(datadir)
+    store.write_in(0, [(b"run-a", b"state 1"), (b"run-b", b"state 1")])
+    store.set_persisted_offset(CHANGELOG, 10)
+    store._db_for_partition(0).flush()
+    store.write_in(0, [(b"run-a", b"state 2")])
+    store.delete_in(0, b"run-b")
+    store.set_persisted_offset(CHANGELOG, 12)
+    if end == "kill":
+        os._exit(9)
+    asyncio.run(store.stop())
+
+
 def write_then(end: str, datadir: Path) -> RunStore:
-    subprocess.run([sys.executable, "-c", WRITER, str(datadir), end], check=False, timeout=60)
-    return reopen(datadir)
+    child = f"from tests.worker.test_store import write; write({str(datadir)!r}, {end!r})"
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == (9 if end == "kill" else 0), done.stderr
+    return open_store(str(datadir))
 
 
 def test_after_a_crash_the_states_and_their_changelog_offset_are_from_one_earlier_moment(tmp_path: Path) -> None:
