@@ -1,0 +1,134 @@
+"""What a run state's hashes cost as 64-character hex strings (the stored
+format) against raw 32-byte digests: the state's size, and the CPU to
+encode and decode it, which the worker pays for every run a checkpoint
+writes and for every event of a run no longer in flight.
+
+    python -m bench.state_layout [--calls 32] [--repeat 7] [--number 20000]
+
+The state is a real one: ``--calls`` tool calls and their results, shaped
+as bench/pipeline/latency.py's generator sends them, applied by the engine.
+``digests`` is the same state with each args hash stored as its digest
+alone (the ``tool:`` prefix is the record's tool) and each result hash as
+its digest, in structs that mirror schemas/state.py's. ``edge conversions``
+is what keeping hex in the engine and digests on disk would add to every
+encode (hex to bytes) and decode (bytes to hex). Medians over ``--repeat``
+passes of ``--number`` calls each, µs a state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from schemas.codec import decode_event, decode_stored, encode_stored
+from schemas.config import FleetConfig
+from schemas.state import Record, RunState, StoredRun
+from streams.engine import apply
+
+
+class DigestRecord(msgspec.Struct, array_like=True, gc=False):
+    tool: str
+    args_digest: bytes
+    call_id: str | None = None
+    kind: int = 0
+    result_digest: bytes | None = None
+    unknown_tool: str | None = None
+    flags: int = 0
+    failure_identity: str | None = None
+
+
+class DigestState(msgspec.Struct, kw_only=True):
+    last_seq: int = -1
+    agent_id: str | None = None
+    history: list[DigestRecord] = []
+
+
+class DigestStored(msgspec.Struct, array_like=True):
+    touched: float
+    state: DigestState
+
+
+def real_state(calls: int) -> StoredRun:
+    """A run after ``calls`` calls and their results, as the latency benchmark sends them."""
+    encode = msgspec.json.Encoder().encode
+    state: RunState | None = None
+    for n in range(1, calls + 1):
+        ids = {"run_id": "run-000001", "tool_call_id": f"c{2 * n - 1}", "tool_name": "read"}
+        call = {**ids, "type": "tool_call", "seq": 2 * n - 1, "args": {"path": f"src/m{n}/f.py", "limit": 2000}}
+        result = {
+            **ids,
+            "type": "tool_result",
+            "seq": 2 * n,
+            "result": {"content": [{"type": "text", "text": "x" * 200}]},
+        }
+        for event in (call, result):
+            state = apply(state, decode_event(encode(event)), FleetConfig()).state
+    assert state is not None
+    return StoredRun(time.time(), state)
+
+
+def to_digests(record: Record) -> tuple[bytes, bytes | None]:
+    result = record.result_hash
+    return bytes.fromhex(record.args_hash.partition(":")[2]), None if result is None else bytes.fromhex(result)
+
+
+def to_hex(record: DigestRecord) -> tuple[str, str | None]:
+    result = record.result_digest
+    return record.args_digest.hex(), None if result is None else result.hex()
+
+
+def as_digests(stored: StoredRun) -> DigestStored:
+    history = []
+    for r in stored.state.history:
+        args, result = to_digests(r)
+        history.append(DigestRecord(r.tool, args, r.call_id, r.kind, result, r.unknown_tool, r.flags))
+    state = DigestState(last_seq=stored.state.last_seq, agent_id=stored.state.agent_id, history=history)
+    return DigestStored(stored.touched, state)
+
+
+def timed(fn: Callable[[], object], number: int, repeat: int) -> float:
+    """Median µs a call over ``repeat`` passes of ``number`` calls."""
+    passes = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        for _ in range(number):
+            fn()
+        passes.append((time.perf_counter() - began) / number * 1e6)
+    return statistics.median(passes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--calls", type=int, default=32)
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--number", type=int, default=20000)
+    args = p.parse_args(argv)
+    hexed = real_state(args.calls)
+    digests = as_digests(hexed)
+    encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(DigestStored)
+    hex_data, digest_data = encode_stored(hexed), encoder.encode(digests)
+    hex_records, digest_records = hexed.state.history, digests.state.history
+    rows = [
+        ("hex (stored format)", len(hex_data), lambda: encode_stored(hexed), lambda: decode_stored(hex_data)),
+        ("digests", len(digest_data), lambda: encoder.encode(digests), lambda: decoder.decode(digest_data)),
+        (
+            "edge conversions",
+            None,
+            lambda: list(map(to_digests, hex_records)),
+            lambda: list(map(to_hex, digest_records)),
+        ),
+    ]
+    print(f"{len(hex_records)} records; µs a state, medians of {args.repeat} passes of {args.number}")
+    print(f"{'layout':20} {'bytes':>6} {'encode':>7} {'decode':>7}")
+    for name, size, encode, decode in rows:
+        cost = [timed(fn, args.number, args.repeat) for fn in (encode, decode)]
+        print(f"{name:20} {'' if size is None else size:>6} {cost[0]:7.2f} {cost[1]:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
