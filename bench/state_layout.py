@@ -9,10 +9,11 @@ The state is a real one: ``--calls`` tool calls and their results, shaped
 as bench/pipeline/latency.py's generator sends them, applied by the engine.
 ``digests`` is the same state with each args hash stored as its digest
 alone (the ``tool:`` prefix is the record's tool) and each result hash as
-its digest, in structs that mirror schemas/state.py's. ``edge conversions``
-is what keeping hex in the engine and digests on disk would add to every
-encode (hex to bytes) and decode (bytes to hex). Medians over ``--repeat``
-passes of ``--number`` calls each, µs a state.
+its digest, in structs that mirror schemas/state.py's field for field.
+``edge conversions`` is what keeping hex in the engine and digests on disk
+would add to every encode (hex to bytes) and decode (bytes to hex).
+Medians over ``--repeat`` passes of ``--number`` calls each, µs a state;
+within a pass the six take turns, so a slower spell of the machine falls on all.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import msgspec
 
 from schemas.codec import decode_event, decode_stored, encode_stored
 from schemas.config import FleetConfig
-from schemas.state import Record, RunState, StoredRun
+from schemas.state import Abort, Record, RunState, StoredRun
 from streams.engine import apply
 
 
@@ -41,10 +42,25 @@ class DigestRecord(msgspec.Struct, array_like=True, gc=False):
     failure_identity: str | None = None
 
 
+class DigestTriple(msgspec.Struct, array_like=True, gc=False, frozen=True):
+    tool: str
+    args_digest: bytes
+    result_digest: bytes
+
+
 class DigestState(msgspec.Struct, kw_only=True):
+    """RunState's fields, in its order, with digests wherever it holds hashes."""
+
     last_seq: int = -1
     agent_id: str | None = None
     history: list[DigestRecord] = []
+    warning_buckets: dict[str, int] = {}
+    guard_remaining: int = 0
+    guard_window: list[DigestTriple] = []
+    aborted: Abort | None = None
+    unfinished: dict[str, DigestRecord] = {}
+    tool_calls: int = 0
+    escalation: list[bool] = []
 
 
 class DigestStored(msgspec.Struct, array_like=True):
@@ -71,9 +87,14 @@ def real_state(calls: int) -> StoredRun:
     return StoredRun(time.time(), state)
 
 
+def digest(args_hash: str) -> bytes:
+    """An args hash (``tool:`` and 64 hex digits) as its digest."""
+    return bytes.fromhex(args_hash.partition(":")[2])
+
+
 def to_digests(record: Record) -> tuple[bytes, bytes | None]:
     result = record.result_hash
-    return bytes.fromhex(record.args_hash.partition(":")[2]), None if result is None else bytes.fromhex(result)
+    return digest(record.args_hash), None if result is None else bytes.fromhex(result)
 
 
 def to_hex(record: DigestRecord) -> tuple[str, str | None]:
@@ -81,24 +102,39 @@ def to_hex(record: DigestRecord) -> tuple[str, str | None]:
     return record.args_digest.hex(), None if result is None else result.hex()
 
 
+def as_digest_record(r: Record) -> DigestRecord:
+    args, result = to_digests(r)
+    return DigestRecord(r.tool, args, r.call_id, r.kind, result, r.unknown_tool, r.flags, r.failure_identity)
+
+
 def as_digests(stored: StoredRun) -> DigestStored:
-    history = []
-    for r in stored.state.history:
-        args, result = to_digests(r)
-        history.append(DigestRecord(r.tool, args, r.call_id, r.kind, result, r.unknown_tool, r.flags))
-    state = DigestState(last_seq=stored.state.last_seq, agent_id=stored.state.agent_id, history=history)
+    s = stored.state
+    state = DigestState(
+        last_seq=s.last_seq,
+        agent_id=s.agent_id,
+        history=[as_digest_record(r) for r in s.history],
+        warning_buckets=s.warning_buckets,
+        guard_remaining=s.guard_remaining,
+        guard_window=[DigestTriple(t.tool, digest(t.args_hash), bytes.fromhex(t.result_hash)) for t in s.guard_window],
+        aborted=s.aborted,
+        unfinished={call: as_digest_record(r) for call, r in s.unfinished.items()},
+        tool_calls=s.tool_calls,
+        escalation=s.escalation,
+    )
     return DigestStored(stored.touched, state)
 
 
-def timed(fn: Callable[[], object], number: int, repeat: int) -> float:
-    """Median µs a call over ``repeat`` passes of ``number`` calls."""
-    passes = []
+def medians(fns: list[Callable[[], object]], number: int, repeat: int) -> list[float]:
+    """Median µs a call of each function, over ``repeat`` passes of ``number``
+    calls each; the functions take turns within every pass."""
+    passes: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        began = time.perf_counter()
-        for _ in range(number):
-            fn()
-        passes.append((time.perf_counter() - began) / number * 1e6)
-    return statistics.median(passes)
+        for fn, times in zip(fns, passes, strict=True):
+            began = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times.append((time.perf_counter() - began) / number * 1e6)
+    return [statistics.median(times) for times in passes]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print(f"{len(hex_records)} records; µs a state, medians of {args.repeat} passes of {args.number}")
     print(f"{'layout':20} {'bytes':>6} {'encode':>7} {'decode':>7}")
-    for name, size, encode, decode in rows:
-        cost = [timed(fn, args.number, args.repeat) for fn in (encode, decode)]
-        print(f"{name:20} {'' if size is None else size:>6} {cost[0]:7.2f} {cost[1]:7.2f}")
+    costs = medians([fn for _, _, encode, decode in rows for fn in (encode, decode)], args.number, args.repeat)
+    for i, (name, size, _, _) in enumerate(rows):
+        print(f"{name:20} {'' if size is None else size:>6} {costs[2 * i]:7.2f} {costs[2 * i + 1]:7.2f}")
     return 0
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from bench import state_layout
 from schemas.codec import encode_stored
+from schemas.state import RunState
 
 
 def test_the_digest_layout_holds_every_hash_of_a_real_state() -> None:
@@ -23,6 +24,11 @@ def test_the_digest_layout_holds_every_hash_of_a_real_state() -> None:
         assert (digest.tool, digest.call_id) == (record.tool, record.call_id)
     # 32 bytes a digest against 64 characters (and the args hash's "read:" prefix)
     assert len(msgspec.msgpack.encode(digests)) < 0.6 * len(encode_stored(hexed))
+
+
+def test_the_digest_layout_mirrors_every_field_of_the_stored_state() -> None:
+    # A field RunState gains must be added to the mirror, or the sizes compare unlike states.
+    assert state_layout.DigestState.__struct_fields__ == RunState.__struct_fields__
 
 
 def test_it_reports_both_layouts_and_the_conversions(capsys: pytest.CaptureFixture[str]) -> None:
