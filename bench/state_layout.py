@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from bench.pipeline.latency import tool_call, tool_result
 from schemas.codec import decode_event, decode_stored, encode_stored
 from schemas.config import FleetConfig
 from schemas.state import Abort, Record, RunState, StoredRun
@@ -70,19 +71,12 @@ class DigestStored(msgspec.Struct, array_like=True):
 
 def real_state(calls: int) -> StoredRun:
     """A run after ``calls`` calls and their results, as the latency benchmark sends them."""
-    encode = msgspec.json.Encoder().encode
+    encode, config = msgspec.json.Encoder().encode, FleetConfig()
     state: RunState | None = None
     for n in range(1, calls + 1):
-        ids = {"run_id": "run-000001", "tool_call_id": f"c{2 * n - 1}", "tool_name": "read"}
-        call = {**ids, "type": "tool_call", "seq": 2 * n - 1, "args": {"path": f"src/m{n}/f.py", "limit": 2000}}
-        result = {
-            **ids,
-            "type": "tool_result",
-            "seq": 2 * n,
-            "result": {"content": [{"type": "text", "text": "x" * 200}]},
-        }
-        for event in (call, result):
-            state = apply(state, decode_event(encode(event)), FleetConfig()).state
+        call_seq = 2 * n - 1
+        for event in (tool_call("run-000001", call_seq, 0, 0.0), tool_result("run-000001", call_seq + 1, call_seq)):
+            state = apply(state, decode_event(encode(event)), config).state
     assert state is not None
     return StoredRun(time.time(), state)
 

@@ -173,6 +173,31 @@ def read_traces(path: Path) -> dict[tuple[str, int], Trace]:
     return {(t.run_id, t.seq): t for t in rows}
 
 
+def tool_call(run: str, seq: int, i: int, ts: float) -> dict[str, Any]:
+    """Run ``i``'s tool call number ``seq``, as a gateway publishes it (``ts``: when)."""
+    return {
+        "type": "tool_call",
+        "run_id": run,
+        "seq": seq,
+        "tool_call_id": f"c{seq}",
+        "tool_name": "read",
+        "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000},
+        "ts": ts,
+    }
+
+
+def tool_result(run: str, seq: int, call_seq: int) -> dict[str, Any]:
+    """The result, as event ``seq`` of its run, of the tool call ``call_seq``."""
+    return {
+        "type": "tool_result",
+        "run_id": run,
+        "seq": seq,
+        "tool_call_id": f"c{call_seq}",
+        "tool_name": "read",
+        "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]},
+    }
+
+
 async def drive(
     bootstrap: str, topic_in: str, topic_out: str, rate: int, duration: float, warmup: float, runs: int
 ) -> tuple[dict[str, Any], list[Sample]]:
@@ -211,31 +236,14 @@ async def drive(
         seq = seqs[i]
         run = run_ids[i]
         now, wall = time.perf_counter(), time.time()
-        event = {
-            "type": "tool_call",
-            "run_id": run,
-            "seq": seq,
-            "tool_call_id": f"c{seq}",
-            "tool_name": "read",
-            "args": {"path": f"src/module{seq}/file{i % 97}.py", "offset": 0, "limit": 2000},
-            "ts": wall,
-        }
         pending[(run, seq)] = (now, i, wall)
-        sent = await producer.send(topic_in, _enc.encode(event), key=run.encode())
+        sent = await producer.send(topic_in, _enc.encode(tool_call(run, seq, i, wall)), key=run.encode())
         sent.add_done_callback(lambda f, k=(run, seq): appended.__setitem__(k, f.result().timestamp / 1000))
 
     async def result(i: int, call_seq: int) -> None:
         seqs[i] += 1
         run = run_ids[i]
-        event = {
-            "type": "tool_result",
-            "run_id": run,
-            "seq": seqs[i],
-            "tool_call_id": f"c{call_seq}",
-            "tool_name": "read",
-            "result": {"content": [{"type": "text", "text": "x" * 200 + str(call_seq)}]},
-        }
-        await producer.send(topic_in, _enc.encode(event), key=run.encode())
+        await producer.send(topic_in, _enc.encode(tool_result(run, seqs[i], call_seq)), key=run.encode())
 
     async def issuer() -> None:
         while True:
