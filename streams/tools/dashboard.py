@@ -18,6 +18,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections import Counter, OrderedDict, deque
@@ -48,6 +49,12 @@ LATEST = 50
 INCIDENTS = 100
 RUNS = 5000
 IN_FLIGHT_SECONDS = 300.0
+#: How long one try to reach the broker may take (tries repeat every 2 s), and
+#: how long a stop waits for the readers and for open pages: a stop is never
+#: held up longer than that by a broker that does not answer or a page left open.
+CONNECT_SECONDS = 5.0
+STOP_SECONDS = 2.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Board:
@@ -160,7 +167,7 @@ async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | N
     while True:
         try:
             partitions = await asyncio.to_thread(
-                describe_partitions, source.bootstrap, [topic], security=source.security
+                describe_partitions, source.bootstrap, [topic], timeout=CONNECT_SECONDS, security=source.security
             )
             problem = None if partitions else "no such topic yet"
         except Exception as exc:  # the broker is down or unreachable: the page waits for it
@@ -280,7 +287,11 @@ async def serve(
     from aiohttp import web
 
     board = Board()
-    runner = web.AppRunner(create_app(source, config, policy, board, token), access_log=None)  # no line per request
+    # access_log=None: no line per request. The feed's handlers never end on
+    # their own, so a stop cancels them after STOP_SECONDS.
+    runner = web.AppRunner(
+        create_app(source, config, policy, board, token), access_log=None, shutdown_timeout=STOP_SECONDS
+    )
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -314,10 +325,36 @@ async def serve(
             " pass --token-file",
             event="unauthenticated",
         )
+    stopped = _stop_signals()
     try:
-        await asyncio.gather(*readers)
+        done, _ = await asyncio.wait([stopped, *readers], return_when=asyncio.FIRST_COMPLETED)
+        for task in done - {stopped}:
+            task.result()  # a reader that failed stops the page, with its error
+        logs.event(log, logging.INFO, "dashboard stopping", event="stopping", signal=stopped.result())
     finally:
+        for signum in STOP_SIGNALS:
+            asyncio.get_running_loop().remove_signal_handler(signum)  # a second one interrupts the stop
+        for task in readers:
+            task.cancel()
+        await asyncio.wait(readers, timeout=STOP_SECONDS)
         await runner.cleanup()
+
+
+def _stop_signals() -> asyncio.Future[str]:
+    """Resolved with the name of the first SIGINT or SIGTERM. Handled here
+    rather than left to asyncio.run, which does not handle SIGINT in a process
+    that started with it ignored (a background job of a shell), and leaves
+    SIGTERM to kill the process without closing its connections."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[str] = loop.create_future()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if not received.done():
+            received.set_result(signum.name)
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    return received
 
 
 def main(args: Any) -> int:

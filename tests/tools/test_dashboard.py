@@ -10,12 +10,18 @@ import os
 import signal
 import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
+from subprocess import Popen
+from typing import IO
 
+import msgspec
 import pytest
 
 from browser import Browser, chromium_path
 from builders import run_cli
+from emulated_worker import make_topics
 from helpers import LOOPWARDEN, REPO, FleetStage, Worker, names, produce
 from schemas.codec import decode_incident, decode_verdict
 from schemas.verdicts import Verdict
@@ -62,6 +68,32 @@ def test_a_taken_port_is_named():
     assert done.returncode == 1 and f"cannot listen on 127.0.0.1:{port}".encode() in done.stderr
 
 
+def launch(bootstrap: str, port: int, log: IO[bytes], *options: str, ignore_sigint: bool = False) -> Popen[bytes]:
+    """`loopwarden dashboard` as a process; with ``ignore_sigint``, as a shell
+    starts a background job: with SIGINT ignored."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")}
+    return subprocess.Popen(
+        [*LOOPWARDEN, "dashboard", "--bootstrap", bootstrap, "--port", str(port), *options],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None,
+    )
+
+
+def stop(dashboard: Popen[bytes], signum: signal.Signals) -> int:
+    """Its exit status once ``signum`` stopped it; one that is still running
+    20 s later is killed, and the test fails."""
+    dashboard.send_signal(signum)
+    try:
+        return dashboard.wait(20)
+    except subprocess.TimeoutExpired:
+        dashboard.kill()
+        dashboard.wait()
+        raise AssertionError(f"the dashboard did not stop within 20 s of {signum.name}") from None
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -86,32 +118,22 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
     token_file.write_text("dashboard-test-token-1\n")
     lines = FLEET.read_bytes().splitlines()
     log = open(tmp_path / "dashboard.log", "wb")
-    env = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")}
-    dashboard = subprocess.Popen(
-        [
-            *LOOPWARDEN,
-            "dashboard",
-            "--bootstrap",
-            broker.bootstrap,
-            "--port",
-            str(port),
-            "--from",
-            "earliest",
-            "--decisions-topic",
-            topics["decisions"],
-            "--incidents-topic",
-            topics["incidents"],
-            "--events-topic",
-            topics["events"],
-            "--config",
-            str(CONFIG),
-            "--token-file",
-            str(token_file),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=REPO,
-        env=env,
+    dashboard = launch(
+        broker.bootstrap,
+        port,
+        log,
+        "--from",
+        "earliest",
+        "--decisions-topic",
+        topics["decisions"],
+        "--incidents-topic",
+        topics["incidents"],
+        "--events-topic",
+        topics["events"],
+        "--config",
+        str(CONFIG),
+        "--token-file",
+        str(token_file),
     )
 
     async def scenario(stage: FleetStage) -> str:
@@ -158,9 +180,46 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
             finally:
                 stage.stop()
     finally:
-        dashboard.send_signal(signal.SIGINT)
-        dashboard.wait(15)
+        stop(dashboard, signal.SIGINT)
         log.close()
     assert timeline.startswith("run heartbeat-0: 24 events, agent heartbeat")
     assert "BLOCK unknown_tool_repeat" in timeline
     assert "published on the decision topic: 12 of 12 verdicts identical" in timeline
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_it_with_a_page_open_even_when_started_ignoring_sigint(broker, tmp_path, signum):
+    """Started as a shell starts a background job (SIGINT ignored), SIGINT or
+    SIGTERM still stops it cleanly and at once: while a page holds the live
+    feed open, one topic is being read and the other does not exist yet."""
+    decisions = make_topics(broker.bootstrap, 1, "dashstop")["decisions"]
+    produce(broker.bootstrap, decisions, [msgspec.json.encode(verdict("r0", "block"))])
+    port = free_port()
+    path = tmp_path / "dashboard.log"
+    with open(path, "wb") as log:
+        dashboard = launch(
+            broker.bootstrap,
+            port,
+            log,
+            "--decisions-topic",
+            decisions,
+            "--incidents-topic",
+            names("dashstop")["incidents"],
+            ignore_sigint=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while b"event=waiting" not in path.read_bytes():  # the incident topic's reader is waiting for it
+                assert dashboard.poll() is None and time.monotonic() < deadline, path.read_text()
+                time.sleep(0.2)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/events", timeout=30) as feed:
+                assert feed.readline().startswith(b"data: ")
+                status = stop(dashboard, signum)
+        finally:
+            if dashboard.poll() is None:
+                dashboard.kill()
+                dashboard.wait()
+    text = path.read_text()
+    assert status == 0, text
+    assert f"event=stopping signal={signum.name}" in text
