@@ -214,7 +214,8 @@ def test_a_signal_stops_it_with_a_page_open_even_when_started_ignoring_sigint(br
                 assert dashboard.poll() is None and time.monotonic() < deadline, path.read_text()
                 time.sleep(0.2)
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/events", timeout=30) as feed:
-                assert feed.readline().startswith(b"data: ")
+                while b'"run_id": "r0"' not in feed.readline():  # the decision topic's reader has read it
+                    assert time.monotonic() < deadline, path.read_text()
                 status = stop(dashboard, signum)
         finally:
             if dashboard.poll() is None:
