@@ -137,17 +137,22 @@ def _send(broker, role: str, topic: str) -> None:
         producer.close()
 
 
-def _read(broker, role: str, topic: str, group: str | None = None) -> None:
+def _read(broker, role: str, topic: str, group: str | None = None, *, join: bool = False) -> None:
+    """Poll ``topic`` as ``role``: its partition 0 from the beginning, or,
+    with ``group``, from that group's position; with ``join`` as a member of
+    the group. (A join alone can be assigned nothing, when the group's leader
+    has no metadata for the topic yet, and then nothing is ever refused.)"""
     consumer = kafka_clients.consumer(
         broker.bootstrap, security=broker.security(role), group_id=group, enable_auto_commit=False
     )
     try:
-        if group is None:
+        if join:
+            consumer.subscribe([topic])
+        else:
             tp = TopicPartition(topic, 0)
             consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-        else:
-            consumer.subscribe([topic])
+            if group is None:
+                consumer.seek_to_beginning(tp)
         for _ in range(150):  # a group join on a loaded machine can take seconds; a refusal ends it at once
             consumer.poll(timeout_ms=200)
     finally:
@@ -168,7 +173,7 @@ def test_the_gateway_cannot_forge_verdicts_or_read_events(secure_broker) -> None
 
 def test_the_gateway_cannot_join_the_workers_group(secure_broker) -> None:
     with pytest.raises(GroupAuthorizationFailedError):
-        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=secure.APP_ID)
+        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=secure.APP_ID, join=True)
 
 
 def test_the_gateway_cannot_read_incidents_or_join_the_fleet_stages_group(secure_broker) -> None:
@@ -180,7 +185,7 @@ def test_the_gateway_cannot_read_incidents_or_join_the_fleet_stages_group(secure
     finally:
         consumer.close()
     with pytest.raises(GroupAuthorizationFailedError):
-        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=FLEET_APP_ID)
+        _read(secure_broker, "gateway", DECISIONS_TOPIC, group=FLEET_APP_ID, join=True)
 
 
 @pytest.mark.parametrize(
