@@ -27,16 +27,21 @@ from streams.engine.config import parse_config
 _MISSING = object()
 
 
+def cli_environ(**env: str) -> dict[str, str]:
+    """This process's environment without LOOPWARDEN_CONFIG and LOOPWARDEN_POLICY
+    (a command under test reads only the files it is given), with `env` added."""
+    return {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")} | env
+
+
 def run_cli(
     *args: str, stdin: bytes | None = None, cwd: Path | None = None, command: str = "replay", **env: str
 ) -> subprocess.CompletedProcess:
-    """`loopwarden COMMAND ARGS` in a fresh process, without the caller's LOOPWARDEN_CONFIG and LOOPWARDEN_POLICY, with `env` added."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")} | env
+    """`loopwarden COMMAND ARGS` in a fresh process, in `cli_environ(**env)`."""
     return subprocess.run(
         [sys.executable, "-m", "streams.cli", command, *args],
         input=stdin if stdin is not None else b"",
         capture_output=True,
-        env=environ,
+        env=cli_environ(**env),
         cwd=cwd,
         timeout=60,
     )

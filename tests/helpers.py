@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import re
 import signal
@@ -20,6 +19,7 @@ from typing import Any
 
 from kafka import TopicPartition
 
+from builders import cli_environ
 from schemas.codec import decode_incident
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
@@ -413,10 +413,7 @@ class Worker:
 
     def start(self) -> Worker:
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("LOOPWARDEN_CONFIG", None)
-        env.pop("LOOPWARDEN_POLICY", None)
-        env.update(self.env)
+        env = cli_environ(**{"PYTHONUNBUFFERED": "1", **self.env})
         self.proc = subprocess.Popen(
             self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO, env=env, stdin=subprocess.DEVNULL
         )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -20,7 +19,7 @@ import msgspec
 import pytest
 
 from browser import Browser, chromium_path
-from builders import run_cli
+from builders import cli_environ, run_cli
 from emulated_worker import make_topics
 from helpers import LOOPWARDEN, REPO, FleetStage, Worker, names, produce
 from schemas.codec import decode_incident, decode_verdict
@@ -71,13 +70,12 @@ def test_a_taken_port_is_named():
 def launch(bootstrap: str, port: int, log: IO[bytes], *options: str, ignore_sigint: bool = False) -> Popen[bytes]:
     """`loopwarden dashboard` as a process; with ``ignore_sigint``, as a shell
     starts a background job: with SIGINT ignored."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOOPWARDEN_CONFIG", "LOOPWARDEN_POLICY")}
     return subprocess.Popen(
         [*LOOPWARDEN, "dashboard", "--bootstrap", bootstrap, "--port", str(port), *options],
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
-        env=env,
+        env=cli_environ(),
         preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None,
     )
 
