@@ -31,7 +31,7 @@ from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
-from streams.worker.app import APP_DEFAULTS
+from streams.worker.app import APP_DEFAULTS, log_rebalances
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
@@ -151,6 +151,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
             logs.event(log, logging.INFO, "idle fingerprints forgotten", event="swept", fingerprints=expired)
 
     app.timer(min(60.0, settings.ttl / 10), name="loopwarden.fleet.sweep")(sweep)
+    log_rebalances(app, log, settings.repartition_topic)
     return app
 
 

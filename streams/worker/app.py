@@ -192,19 +192,34 @@ def create_app(
         if processor.trace is not None:
             processor.trace.flush()
 
+    log_rebalances(app, log, settings.topics.events)
+    return app, processor
+
+
+def log_rebalances(app: faust.App, logger: logging.Logger, topic: str) -> None:
+    """One line when the group assigns this process its partitions of `topic`,
+    and one when its tables are recovered and it takes events again: a
+    (re)start that stalls then says at which of the two steps."""
+
+    def mine() -> str:
+        return ",".join(str(tp.partition) for tp in sorted(app.assignor.assigned_actives()) if tp.topic == topic)
+
     @app.on_partitions_assigned.connect
     async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:
-        mine = sorted(tp.partition for tp in app.assignor.assigned_actives() if tp.topic == settings.topics.events)
         logs.event(
-            log,
-            logging.INFO,
-            "partitions assigned",
-            event="assigned",
-            topic=settings.topics.events,
-            partitions=",".join(map(str, mine)) or "none",
+            logger, logging.INFO, "partitions assigned", event="assigned", topic=topic, partitions=mine() or "none"
         )
 
-    return app, processor
+    @app.on_rebalance_complete.connect
+    async def _ready(sender: Any, **kwargs: Any) -> None:
+        logs.event(
+            logger,
+            logging.INFO,
+            "tables recovered; taking events",
+            event="ready",
+            topic=topic,
+            partitions=mine() or "none",
+        )
 
 
 class Worker(FaustWorker):

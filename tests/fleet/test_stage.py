@@ -35,6 +35,7 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
     assert len(expected) == 4 and scopes == {"fleet", "agent"}  # the trace has both kinds
     lines = FLEET.read_bytes().splitlines()
     topics = names("fleet")
+    regroup = f"{topics['app_id']}-fleet-fingerprint-repartition"
     with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
         worker.wait_assigned()
         stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
@@ -58,10 +59,15 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
     # only blocks and aborts were regrouped, each under its fingerprint
     replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
     counted = {(v.run_id, v.seq) for v in map(decode_verdict, replayed) if fingerprint(v)}
-    regrouped = consume(broker.bootstrap, f"{topics['app_id']}-fleet-fingerprint-repartition", count=10**6, timeout=5)
+    regrouped = consume(broker.bootstrap, regroup, count=10**6, timeout=5)
     assert {r.key.decode() for r in regrouped} == {decode_incident(x).fingerprint for x in expected}
     assert all(fingerprint(decode_verdict(r.value)) == r.key.decode() for r in regrouped)
     assert {(v.run_id, v.seq) for v in (decode_verdict(r.value) for r in regrouped)} == counted
+    # each start said when its partitions were assigned and when it took verdicts again
+    for event in ("assigned", "ready"):
+        steps = stage.lines(event)
+        assert len(steps) >= 2 and {line["topic"] for line in steps} == {regroup}, stage.log()[-4000:]
+        assert steps[-1]["partitions"] == "0,1,2"
     opened = {line["fingerprint"] for line in stage.lines("incident_open")}
     assert opened == {decode_incident(x).fingerprint for x in expected}  # one operator line each
 

@@ -116,6 +116,10 @@ def test_end_to_end_matches_replay(broker, tmp_path: Path) -> None:
     armed = worker.lines("guard_armed")
     assert armed and armed[0]["msg"].startswith("post-compaction guard armed for 3 attempts")
     assert "event=deadletter " not in log
+    # its start in two lines: partitions assigned, then the table recovered and events taken
+    assigned, ready = worker.lines("assigned"), worker.lines("ready")
+    assert assigned and ready and assigned[-1]["partitions"] == ready[-1]["partitions"] == "0,1,2,3"
+    assert log.index("event=assigned") < log.index("event=ready")
     operator_lines = [line for line in log.splitlines() if "logger=loopwarden" in line]
     assert len(operator_lines) < len(lines) - decisions.count("allow"), "no line per healthy event"
     assert "level=debug" not in log
