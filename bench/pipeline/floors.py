@@ -5,8 +5,8 @@ relay with no processing, (b) a minimal Faust pass-through agent.
 
 The fleet trace (bench/fleet_trace.py, raw payloads, ~610 bytes/event) is
 published once to a 12-partition topic; each floor then reads it from the
-beginning and republishes every message to its own topic (acks=all, linger
-5 ms, the worker's producer settings). Rate = messages / (first -> last
+beginning and republishes every message to its own topic (acks=all and the
+worker's default linger: its producer settings). Rate = messages / (first -> last
 output record timestamp); CPU = the relay's own user+system seconds. The raw
 relay is the ceiling the stream processor is compared to.
 """

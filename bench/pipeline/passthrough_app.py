@@ -4,7 +4,7 @@ bytes, nothing else (the Faust floor of bench/pipeline/floors.py).
     LW_BROKER=127.0.0.1:9092 LW_SRC=a LW_DST=b LW_APP=x LW_DATA=/tmp/x \
         python -m bench.pipeline.passthrough_app worker -l warn
 
-Same producer settings as ``loopwarden worker`` (linger 5 ms, acks=all),
+Same producer settings as ``loopwarden worker`` (its default linger, acks=all),
 default Faust acknowledgements (an event is acknowledged when the agent asks
 for the next one). Prints "ASSIGNED" when it owns partitions.
 """
@@ -16,6 +16,7 @@ import os
 import faust
 
 from streams import kafka_clients
+from streams.worker.settings import DEFAULTS
 
 app = faust.App(
     os.environ.get("LW_APP", "passthrough"),
@@ -27,7 +28,7 @@ app = faust.App(
     value_serializer="raw",
     topic_disable_leader=True,
     consumer_auto_offset_reset="earliest",
-    producer_linger_ms=5,
+    producer_linger_ms=DEFAULTS.linger_ms,
     web_enabled=False,
 )
 source = app.topic(

@@ -8,7 +8,8 @@ throughput.py, latency in latency.py).
 As a command it runs until SIGTERM, forwarding each record whose value
 starts with ``--prefix`` (all by default) with its key; it prints
 ``relay ready`` once it has its partitions. Its clients have the worker's
-producer settings (acks=all, linger 5 ms) and aiokafka's consumer defaults.
+producer settings (acks=all, the worker's default ``--linger``) and aiokafka's
+consumer defaults.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import signal
 from typing import Any
 
 from bench.pipeline import common as c
+from streams.worker.settings import DEFAULTS
 
-#: The worker's producer settings (Faust's acks=-1, --linger 5ms).
-PRODUCER = {"acks": "all", "linger_ms": 5}
+#: The worker's producer settings (Faust's acks=-1, its default --linger).
+PRODUCER = {"acks": "all", "linger_ms": DEFAULTS.linger_ms}
 
 
 async def start_clients(bootstrap: str, source: str) -> tuple[Any, Any]:

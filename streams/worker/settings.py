@@ -110,7 +110,7 @@ class Settings:
     batch_size: int = 10000
     flush_interval: float = 0.25
     max_in_flight: int = 20000
-    linger_ms: int = 5
+    linger_ms: int = 1
     changelog_compression: str = "none"
     fetch_hold: float = 0.0
     max_event_bytes: int = 1024 * 1024
@@ -266,7 +266,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--linger",
         type=duration,
         default=DEFAULTS.linger_ms / 1000,
-        help=f"producer batching delay for verdicts (default {DEFAULTS.linger_ms}ms; 0 sends at once at a CPU cost)",
+        help=f"producer batching delay for verdicts (default {DEFAULTS.linger_ms}ms; 0 sends at once)",
     )
     parser.add_argument(
         "--changelog-compression",

@@ -31,7 +31,7 @@ def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         "(default 250ms)",
         "(default 2.8s)",
         "(default 20000)",
-        "(default 5ms;",
+        "(default 1ms;",
     ):
         assert shown in text, shown
 
