@@ -201,25 +201,17 @@ def log_rebalances(app: faust.App, logger: logging.Logger, topic: str) -> None:
     and one when its tables are recovered and it takes events again: a
     (re)start that stalls then says at which of the two steps."""
 
-    def mine() -> str:
-        return ",".join(str(tp.partition) for tp in sorted(app.assignor.assigned_actives()) if tp.topic == topic)
+    def say(message: str, event: str) -> None:
+        mine = ",".join(str(tp.partition) for tp in sorted(app.assignor.assigned_actives()) if tp.topic == topic)
+        logs.event(logger, logging.INFO, message, event=event, topic=topic, partitions=mine or "none")
 
     @app.on_partitions_assigned.connect
     async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:
-        logs.event(
-            logger, logging.INFO, "partitions assigned", event="assigned", topic=topic, partitions=mine() or "none"
-        )
+        say("partitions assigned", "assigned")
 
     @app.on_rebalance_complete.connect
     async def _ready(sender: Any, **kwargs: Any) -> None:
-        logs.event(
-            logger,
-            logging.INFO,
-            "tables recovered; taking events",
-            event="ready",
-            topic=topic,
-            partitions=mine() or "none",
-        )
+        say("tables recovered; taking events", "ready")
 
 
 class Worker(FaustWorker):
