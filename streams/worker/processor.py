@@ -151,7 +151,7 @@ class Processor:
     def _finished(self, checkpoint: Checkpoint) -> None:
         metrics = self.metrics
         metrics.batch(time.perf_counter() - checkpoint.started if metrics.scraped else None)
-        self.in_flight -= len(checkpoint.messages)
+        self.in_flight -= checkpoint.size
         self._drained.set()
         if self.trace is not None:
             self.trace.flush()

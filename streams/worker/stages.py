@@ -38,7 +38,7 @@ class StageTrace:
         self.path = path
         self._file = path.open("ab")
         self._done: list[Row] = []
-        self._encode = msgspec.json.Encoder().encode
+        self._encode_lines = msgspec.json.Encoder().encode_lines
 
     def sent(
         self,
@@ -64,5 +64,5 @@ class StageTrace:
         """Write the rows acknowledged so far (called as each checkpoint finishes)."""
         if self._done:
             rows, self._done = self._done, []
-            self._file.write(b"".join(self._encode(row) + b"\n" for row in rows))
+            self._file.write(self._encode_lines(rows))
             self._file.flush()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from streams.worker.checkpoint import Checkpoint, Checkpoints, finish
+from streams.worker.checkpoint import ACKS_PER_YIELD, Checkpoint, Checkpoints, finish
 
 
 class FakeStates:
@@ -109,6 +109,32 @@ def test_a_failed_state_write_acknowledges_nothing() -> None:
     assert asyncio.run(scenario()) == ["write states", "states acknowledged"]
 
 
+def test_events_are_acknowledged_a_slice_at_a_time() -> None:
+    """Between two slices of acknowledgements the processor gets its turn:
+    a checkpoint of a few thousand events never holds it for all of them.
+    Each slice is let go once acknowledged."""
+
+    async def scenario() -> tuple[list[int], list[int], int]:
+        acked: list[int] = []
+        states = FakeStates([])
+        checkpoint = Checkpoint()
+        checkpoint.messages += [message(n) for n in range(2 * ACKS_PER_YIELD + 1)]
+        task = asyncio.ensure_future(finish(checkpoint, states, lambda m: acked.append(m.offset)))
+        await settle()
+        states.changelog[0].set_result(None)
+        seen: list[int] = []  # acknowledgements done whenever another task ran
+        while not task.done():
+            seen.append(len(acked))
+            await asyncio.sleep(0)
+        await task
+        return acked, seen, len(checkpoint.messages)
+
+    acked, seen, left = asyncio.run(scenario())
+    assert acked == list(range(2 * ACKS_PER_YIELD + 1))
+    assert ACKS_PER_YIELD in seen and 2 * ACKS_PER_YIELD in seen
+    assert left == 0
+
+
 def test_checkpoints_finish_in_order() -> None:
     """The second checkpoint's sends are acknowledged first; it still waits
     for the first to finish. Closing one takes no events any more into it."""
@@ -118,7 +144,7 @@ def test_checkpoints_finish_in_order() -> None:
         states = FakeStates(log)
         finished: list[int] = []
         checkpoints = Checkpoints(
-            states, lambda m: log.append(f"ack {m.offset}"), 3600.0, lambda c: finished.append(len(c.messages))
+            states, lambda m: log.append(f"ack {m.offset}"), 3600.0, lambda c: finished.append(c.size)
         )
         runner = asyncio.ensure_future(checkpoints.run())
         first = checkpoints.join(message(1))
