@@ -30,7 +30,8 @@ differs from the driver it extends:
 - **Cheaper sends.** A verdict's partition is Kafka's default for its key,
   remembered per run (``KeyPartitioner``); a checkpoint's changelog records
   go to the producer as whole record batches of their own size and
-  compression (``Producer.send_records``).
+  compression, one acknowledged before the next while the worker keeps up
+  (``Producer.send_records``).
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
@@ -372,8 +373,8 @@ class Producer(driver.Producer):
 
     #: Uncompressed bytes in one batch of ``send_records`` while the worker
     #: keeps up (a larger record goes in a batch of its own). A verdict sent
-    #: meanwhile shares a produce request with one batch of each partition,
-    #: so it waits for that batch's transfer and append: at 512 KiB the
+    #: meanwhile may share a produce request with one such batch, so it
+    #: waits for that batch's transfer and append: at 512 KiB the
     #: verdicts' p99 at 2,000 calls/s was half as long again (bench/README.md,
     #: "Changelog batches that follow the load").
     records_batch_bytes = 64 * 1024
@@ -382,6 +383,9 @@ class Producer(driver.Producer):
     #: an eighth as many batches and produce requests (bench/README.md,
     #: "Changelog batches that follow the load").
     records_batch_bytes_behind = 512 * 1024
+    #: The delivery of the last batch ``send_records`` handed over: while
+    #: the caller keeps up the next waits for it.
+    _last_batch: asyncio.Future[tuple[TP, int]] | None = None
 
     @cached_property
     def records_codec(self) -> int:
@@ -404,22 +408,34 @@ class Producer(driver.Producer):
         One ``send`` a record cost a future, a partitioner call and the
         accumulator's bookkeeping each (a checkpoint's changelog records
         were about a third of all sends); a batch is built in aiokafka's C
-        record builder. Not for transactions: the changelog is outside them."""
+        record builder. Not for transactions: the changelog is outside them.
+
+        Unless ``behind``, a batch waits until the previous one (of any
+        partition) is acknowledged: each produce request then carries at
+        most one, where a checkpoint's batches of all partitions used to
+        share one, and the verdicts in it and the fetches waited for its
+        transfer and append (bench/README.md, "One changelog batch at a
+        time"). Behind, the verdicts wait in the backlog instead, and the
+        batches go as fast as the producer takes them."""
         producer = self._ensure_producer()
         sent: list[Awaitable[tuple[TP, int]]] = []
         batch = self._records_batch(behind)
         for key, value in records:
             if batch.append(key=key, value=value, timestamp=None) is None:  # full
-                sent.append(await self._send_batch(producer, batch, topic, partition))
+                sent.append(await self._send_batch(producer, batch, topic, partition, behind))
                 await asyncio.sleep(0)  # new events get their verdicts between two batches
                 batch = self._records_batch(behind)
                 batch.append(key=key, value=value, timestamp=None)  # an empty batch takes any record
         if batch.record_count():
-            sent.append(await self._send_batch(producer, batch, topic, partition))
+            sent.append(await self._send_batch(producer, batch, topic, partition, behind))
         return sent
 
-    @staticmethod
-    async def _send_batch(producer: Any, batch: Any, topic: str, partition: int) -> Awaitable[tuple[TP, int]]:
+    async def _send_batch(
+        self, producer: Any, batch: Any, topic: str, partition: int, behind: bool
+    ) -> Awaitable[tuple[TP, int]]:
+        last = self._last_batch
+        if not behind and last is not None and not last.done():
+            await asyncio.wait((last,))  # its failure is the caller's to see, through its own awaitable
         count = batch.record_count()
         batch.close()
         if producer._txn_manager is None:
@@ -433,7 +449,8 @@ class Producer(driver.Producer):
             metadata = await delivered
             return TP(topic, partition), metadata.offset + count - 1
 
-        return asyncio.ensure_future(last_offset())
+        self._last_batch = asyncio.ensure_future(last_offset())
+        return self._last_batch
 
 
 class Transport(driver.Transport):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 from hashlib import sha256
 
 import faust
@@ -102,10 +103,13 @@ def send_records(
     compression: str,
     batch_bytes: int,
     behind: bool = False,
+    handed: list[bool] | None = None,
 ) -> list[list[tuple[TP, int]]]:
     """Each group of records through one ``send_records`` to partition 1, by
     the worker's producer, with batches of ``batch_bytes`` (keeping up) and
-    four times that (behind); what each group's awaitables gave."""
+    four times that (behind); what each group's awaitables gave. ``handed``
+    gets, for each batch handed to aiokafka, whether every earlier one had
+    been acknowledged by then."""
     app = faust.App(
         f"batches-{uuid.uuid4().hex[:8]}",
         **kafka_clients.faust_connection(bootstrap, transport=SCHEME),
@@ -118,6 +122,8 @@ def send_records(
         producer.records_batch_bytes = batch_bytes
         producer.records_batch_bytes_behind = 4 * batch_bytes
         await producer.start()
+        if handed is not None:
+            watch_batches(producer._ensure_producer(), handed)
         try:
             return [
                 await asyncio.gather(*await producer.send_records(topic, 1, group, behind=behind)) for group in groups
@@ -126,6 +132,21 @@ def send_records(
             await producer.stop()
 
     return asyncio.run(send())
+
+
+def watch_batches(aiokafka_producer: Any, handed: list[bool]) -> None:
+    """Note in ``handed``, as each batch reaches the aiokafka producer,
+    whether the deliveries of those before it are done."""
+    send_batch = aiokafka_producer.send_batch
+    deliveries: list[asyncio.Future[Any]] = []
+
+    async def watched(batch: Any, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        handed.append(all(delivery.done() for delivery in deliveries))
+        delivery = await send_batch(batch, topic, partition=partition)
+        deliveries.append(delivery)
+        return delivery
+
+    aiokafka_producer.send_batch = watched
 
 
 @pytest.mark.integration
@@ -160,6 +181,25 @@ def test_a_worker_behind_sends_the_same_records_in_fewer_larger_batches(broker: 
     assert len(keeping_up) >= 6, "24 records of 900 bytes take six batches of 4 KiB or more"
     assert len(behind) <= len(keeping_up) // 3, (keeping_up, behind)
     assert (keeping_up[-1][1], behind[-1][1]) == (23, 47)
+    landed = consume(broker.bootstrap, topic, count=48, timeout=30)
+    assert [(r.key, r.value) for r in landed] == records + records
+
+
+@pytest.mark.integration
+def test_keeping_up_each_batch_waits_for_the_last_to_be_acknowledged(broker: LocalBroker) -> None:
+    """So that a produce request carries one changelog batch at most; behind,
+    the batches go to the producer as fast as it takes them."""
+    topic = f"paced-{uuid.uuid4().hex[:8]}"
+    ensure(broker.bootstrap, [(topic, 2, {})], 1)
+    records = [(f"k{i}".encode(), bytes([65 + i % 26]) * 900) for i in range(24)]
+    keeping_up: list[bool] = []
+    behind: list[bool] = []
+    send_records(
+        broker.bootstrap, topic, [records[:12], records[12:]], compression="none", batch_bytes=4096, handed=keeping_up
+    )
+    send_records(broker.bootstrap, topic, [records], compression="none", batch_bytes=2048, behind=True, handed=behind)
+    assert len(keeping_up) >= 6 and all(keeping_up), keeping_up
+    assert len(behind) >= 2 and not all(behind), behind
     landed = consume(broker.bootstrap, topic, count=48, timeout=30)
     assert [(r.key, r.value) for r in landed] == records + records
 
