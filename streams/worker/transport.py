@@ -411,12 +411,13 @@ class Producer(driver.Producer):
         record builder. Not for transactions: the changelog is outside them.
 
         Unless ``behind``, a batch waits until the previous one (of any
-        partition) is acknowledged: each produce request then carries at
-        most one, where a checkpoint's batches of all partitions used to
-        share one, and the verdicts in it and the fetches waited for its
-        transfer and append (bench/README.md, "One changelog batch at a
-        time"). Behind, the verdicts wait in the backlog instead, and the
-        batches go as fast as the producer takes them."""
+        partition) is acknowledged: a produce request carries one at most,
+        where a checkpoint's batches of every partition used to share one
+        with the verdicts, and the checkpoint's slices spread over those
+        round trips instead of running back to back, which held the next
+        fetches (bench/README.md, "Kept: one changelog batch at a time").
+        Behind, the verdicts wait in the backlog instead, and the batches
+        go as fast as the producer takes them."""
         producer = self._ensure_producer()
         sent: list[Awaitable[tuple[TP, int]]] = []
         batch = self._records_batch(behind)
