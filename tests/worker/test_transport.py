@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 from hashlib import sha256
+from typing import Any
 
 import faust
 import pytest
