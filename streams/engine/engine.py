@@ -283,7 +283,8 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
         message = found.message
         _latch(state, block, signature, history)
     else:
-        standing = standing_block(state, turn, tool, signature)
+        # Latches and blocked turns exist only in runs that had a block: most calls skip both.
+        standing = standing_block(state, turn, tool, signature) if state.latches or state.blocked_turns else None
         if standing is None:
             _record(state, seen, _call_record(event, tool, signature, kind), cfg.history_size)
             if found is None:  # the common case, answered at once
