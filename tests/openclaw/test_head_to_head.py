@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from helpers import Worker, names
+from helpers import Worker, consume, names
 from openclaw_gateway import OpenClaw, gateway_home
 from scripted_model import Calls, Message, Reply, Script, ScriptedModel, ToolCall, message_text, tool_messages
 
@@ -81,14 +81,14 @@ def read(name: str) -> ToolCall:
 
 
 def repeat_one_read() -> Script:
-    return Model(30, lambda turn, results: read("missing.txt"))
+    return Model(30, lambda turn, results: read("missing-repeat.txt"))
 
 
 def ping_pong(*, after_block: str) -> Script:
     """Two failing reads in turn, A, B, A, B ... After a block the model either calls the
     blocked side again (`retry`), or does something else that works once (`move_on`: a read
     of a file that exists) and then goes back to the ping-pong where it left it."""
-    sides = [read("missing-a.txt"), read("missing-b.txt")]
+    sides = [read(f"missing-{after_block}-a.txt"), read(f"missing-{after_block}-b.txt")]
     state = {"side": 1, "moved": False}
 
     def play(turn: int, results: list[str]) -> ToolCall:
@@ -104,8 +104,11 @@ def ping_pong(*, after_block: str) -> Script:
     return Model(60, play)
 
 
+THREE = "missing-three.txt"
+
+
 def three_identical_reads() -> Script:
-    return Model(15, lambda turn, results: Calls([read("missing.txt")] * 3))
+    return Model(15, lambda turn, results: Calls([read(THREE)] * 3))
 
 
 def missing_tool() -> Script:
@@ -204,3 +207,28 @@ def test_loopwarden_is_tighter_on_ping_pongs(table: dict[str, dict[str, Outcome]
     for behaviour in ("retries the blocked side of a ping-pong", "ping-pongs, moving on after a block"):
         builtin, ours = table[behaviour]["built-in"], table[behaviour]["loopwarden"]
         assert ours.ran < builtin.ran, (behaviour, builtin.cell(), ours.cell())
+
+
+def test_the_plugin_publishes_each_response_as_one_turn(
+    table: dict[str, dict[str, Outcome]], worker: dict[str, str]
+) -> None:
+    """Every call went out with the name of the response that made it, and the three calls
+    of each response of the three-identical-calls model were published together, before
+    any of them ran."""
+    records = consume(worker["bootstrap"], worker["eventsTopic"], count=1, timeout=20, settle=2.0)
+    events = [json.loads(record.value) for record in records]
+    calls = [event for event in events if event["type"] == "tool_call"]
+    assert calls and all(
+        isinstance(event.get("turn"), str) and not event["turn"].startswith("call:") for event in calls
+    )
+    ids = {event["tool_call_id"] for event in calls if event.get("args") == {"path": THREE}}
+    run_ids = {event["run_id"] for event in calls if event["tool_call_id"] in ids}
+    assert len(run_ids) == 1
+    run = sorted((event for event in events if event["run_id"] in run_ids), key=lambda event: event["seq"])
+    turns: dict[str, list[int]] = {}
+    for position, event in enumerate(run):
+        if event["type"] == "tool_call":
+            turns.setdefault(event["turn"], []).append(position)
+    assert turns and all(len(positions) == 3 for positions in turns.values()), turns
+    # Published one after the other: no result of the turn's calls comes between them.
+    assert all(positions == list(range(positions[0], positions[0] + 3)) for positions in turns.values()), turns
