@@ -85,9 +85,10 @@ def repeat_one_read() -> Script:
 
 
 def ping_pong(*, after_block: str) -> Script:
-    """Two failing reads in turn, A, B, A, B ... After a block the model either calls the
-    blocked side again (`retry`), or does something else that works once (`move_on`: a read
-    of a file that exists) and then goes back to the ping-pong where it left it."""
+    """Two failing reads in turn, A, B, A, B ... After a block the model calls the blocked
+    side again (`retry`), or the other side as if nothing happened (`alternate`), or does
+    something else that works once (`move_on`: a read of a file that exists) and then goes
+    back to the ping-pong with the other side."""
     sides = [read(f"missing-{after_block}-a.txt"), read(f"missing-{after_block}-b.txt")]
     state = {"side": 1, "moved": False}
 
@@ -97,7 +98,7 @@ def ping_pong(*, after_block: str) -> Script:
             state["moved"] = True
             return read("notes.txt")
         state["moved"] = False
-        if not (blocked and after_block == "retry"):
+        if not (blocked and after_block == "retry"):  # "alternate" ignores the block
             state["side"] = 1 - state["side"]
         return sides[state["side"]]
 
@@ -119,7 +120,11 @@ BEHAVIOURS: dict[str, tuple[str, Callable[[], Script]]] = {
     "repeats one failing read": ("read", repeat_one_read),
     "retries the blocked side of a ping-pong": ("read", lambda: ping_pong(after_block="retry")),
     "makes three identical failing calls per turn": ("read", three_identical_reads),
-    "ping-pongs, moving on after a block": ("read", lambda: ping_pong(after_block="move_on")),
+    "ping-pongs, moving on to the other side after a block": ("read", lambda: ping_pong(after_block="alternate")),
+    "ping-pongs, doing something else that works after a block, then ping-pongs again": (
+        "read",
+        lambda: ping_pong(after_block="move_on"),
+    ),
     "calls a tool that does not exist": ("run_tests", missing_tool),
 }
 
@@ -204,7 +209,10 @@ def test_loopwarden_is_never_laxer_than_the_built_in(table: dict[str, dict[str, 
 
 
 def test_loopwarden_is_tighter_on_ping_pongs(table: dict[str, dict[str, Outcome]]) -> None:
-    for behaviour in ("retries the blocked side of a ping-pong", "ping-pongs, moving on after a block"):
+    for behaviour in (
+        "retries the blocked side of a ping-pong",
+        "ping-pongs, moving on to the other side after a block",
+    ):
         builtin, ours = table[behaviour]["built-in"], table[behaviour]["loopwarden"]
         assert ours.ran < builtin.ran, (behaviour, builtin.cell(), ours.cell())
 
