@@ -110,6 +110,7 @@ def test_the_text_keeps_the_names_operators_scrape():
     for line in (
         "# TYPE loopwarden_events_total counter",
         "# TYPE loopwarden_verdicts_total counter",
+        "# TYPE loopwarden_aborts_total counter",
         "# TYPE loopwarden_deadletter_total counter",
         "# TYPE loopwarden_duplicates_total counter",
         "# TYPE loopwarden_guard_armed_total counter",
@@ -200,3 +201,16 @@ def test_verdict_latency_is_observed_from_the_events_ts(monkeypatch: pytest.Monk
     assert values[("loopwarden_verdict_latency_seconds_sum", ())] == pytest.approx(0.312)
     assert (bucket("0.01"), bucket("0.015"), bucket("0.25"), bucket("0.5"), bucket("+Inf")) == (0, 1, 1, 2, 2)
     assert "# TYPE loopwarden_verdict_latency_seconds histogram" in metrics.render().decode().splitlines()
+
+
+def test_aborts_are_counted_by_error():
+    metrics = WorkerMetrics()
+    for error in ("loop_recovery_exhausted", "loop_recovery_exhausted", "compaction_loop_persisted"):
+        aborted = verdict("abort", "generic_repeat")
+        aborted.error = error
+        metrics.outcome("tool_call", Outcome(None, [aborted]))
+    metrics.outcome("tool_call", Outcome(None, [verdict("block", "generic_repeat")]))
+    values = scrape(metrics)
+    assert values[("loopwarden_aborts_total", (("error", "loop_recovery_exhausted"),))] == 2
+    assert values[("loopwarden_aborts_total", (("error", "compaction_loop_persisted"),))] == 1
+    assert sum(value for (name, _), value in values.items() if name == "loopwarden_aborts_total") == 3
