@@ -158,6 +158,8 @@ def play(openclaw: OpenClaw, work: Path, behaviour: str, plugin: dict[str, Any] 
         (work / "workspace").mkdir(exist_ok=True)
         (work / "workspace" / "notes.txt").write_text("notes: the tests need a database\n")
         done = openclaw.run_agent(home, "Run the tests until they pass.")
+    (work / "stdout.json").write_text(done.stdout)  # kept for a failure's post-mortem
+    (work / "stderr.txt").write_text(done.stderr)
     assert isinstance(script, Model)
     output = done.stdout + done.stderr
     stopped = any(marker in output for marker in (BUILTIN_STOP, ABORTED, UNKNOWN_TOOL_STOP))
