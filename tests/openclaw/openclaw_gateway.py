@@ -60,9 +60,10 @@ def install() -> OpenClaw:
     return OpenClaw(node, Path(home) / "node_modules" / "openclaw" / "openclaw.mjs")
 
 
-def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any], **extra: Any) -> Path:
+def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any] | None, **extra: Any) -> Path:
     """A HOME holding .openclaw/openclaw.json: the scripted provider at `model_url`, OpenClaw's
     own loop detection off (loopwarden decides), the plugin loaded from clients/openclaw/pack.
+    With `plugin_config` None, no plugin and OpenClaw's own loop detection on instead.
     `extra` adds top-level sections; `agent_defaults` is merged into agents.defaults."""
     home = directory / "home"
     (home / ".openclaw").mkdir(parents=True)
@@ -74,13 +75,14 @@ def gateway_home(directory: Path, model_url: str, plugin_config: dict[str, Any],
     config = {
         "models": {"providers": {"scripted": provider_config(model_url)}},
         "agents": {"defaults": defaults},
-        "tools": {"loopDetection": {"enabled": False}},
-        "plugins": {
+        "tools": {"loopDetection": {"enabled": plugin_config is None}},
+        **extra,
+    }
+    if plugin_config is not None:
+        config["plugins"] = {
             "load": {"paths": [str(PACK)]},
             "allow": ["loopwarden"],
             "entries": {"loopwarden": {"enabled": True, "config": plugin_config}},
-        },
-        **extra,
-    }
+        }
     (home / ".openclaw" / "openclaw.json").write_text(json.dumps(config, indent=2))
     return home

@@ -2,7 +2,8 @@
 
 It serves `POST /v1/chat/completions` (streaming SSE when the request asks for
 it) and answers from a script: a function of the conversation that returns a
-tool call, a final text, or a context overflow. Every agent request's messages
+tool call, several tool calls in one response, a final text, or a context
+overflow. Every agent request's messages
 are kept, so a test can assert on what the model was shown; a request that
 offers no tools (the gateway summarising a transcript for compaction) gets a
 summary and is only counted.
@@ -29,6 +30,13 @@ class ToolCall:
 
 
 @dataclass
+class Calls:
+    """Several tool calls in one response (one assistant message: a turn), in this order."""
+
+    calls: list[ToolCall]
+
+
+@dataclass
 class Reply:
     text: str
 
@@ -43,7 +51,7 @@ OVERFLOW_MESSAGE = (
     "131072 tokens. Please reduce the length of the messages."
 )
 
-Answer = ToolCall | Reply | Overflow
+Answer = ToolCall | Calls | Reply | Overflow
 Script = Callable[[list[Message]], Answer]
 
 
@@ -133,10 +141,10 @@ class ScriptedModel:
                 }
                 self._send_json(400, {"error": error})
 
-            def _json(self, answer: ToolCall | Reply) -> None:
+            def _json(self, answer: ToolCall | Calls | Reply) -> None:
                 message: dict[str, Any] = {"role": "assistant", "content": None}
-                if isinstance(answer, ToolCall):
-                    message["tool_calls"] = [_tool_call(answer)]
+                if not isinstance(answer, Reply):
+                    message["tool_calls"] = [_tool_call(call) for call in _calls(answer)]
                     finish = "tool_calls"
                 else:
                     message["content"] = answer.text
@@ -154,15 +162,18 @@ class ScriptedModel:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, answer: ToolCall | Reply) -> None:
+            def _stream(self, answer: ToolCall | Calls | Reply) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                if isinstance(answer, ToolCall):
-                    call = _tool_call(answer)
-                    deltas = [{"role": "assistant", "content": None, "tool_calls": [{"index": 0, **call}]}]
+                if not isinstance(answer, Reply):
+                    # One delta per call, as providers stream them: each call's index, id, name and arguments.
+                    deltas = [
+                        {"role": "assistant", "content": None, "tool_calls": [{"index": index, **_tool_call(call)}]}
+                        for index, call in enumerate(_calls(answer))
+                    ]
                     finish = "tool_calls"
                 else:
                     deltas = [{"role": "assistant", "content": answer.text}]
@@ -192,6 +203,10 @@ def _chunk(model_id: str, delta: dict[str, Any], finish: str | None) -> dict[str
     payload = _envelope(model_id, "chat.completion.chunk")
     payload["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
     return payload
+
+
+def _calls(answer: ToolCall | Calls) -> list[ToolCall]:
+    return answer.calls if isinstance(answer, Calls) else [answer]
 
 
 def _tool_call(call: ToolCall) -> dict[str, Any]:

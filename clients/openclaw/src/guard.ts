@@ -2,12 +2,19 @@
  * What the plugin does with a gateway's runs: numbers their events, publishes
  * them, waits for each call's verdict and turns it into the gateway's answer.
  *
+ * Calls are admitted turn by turn (spec loop-detection.md §8.1): the gateway
+ * writes the model's response (one assistant message and all its tool calls)
+ * to the transcript before it prepares the first call, so when the first call
+ * of a turn is asked about, every call of the turn is published, in the
+ * model's order, and none is answered before every verdict of the turn is in.
+ * A block or abort for any of them vetoes them all.
+ *
  * One Guard per process (OpenClaw calls register() several times, and agent
  * events can arrive twice): every entry point is idempotent per tool call id
  * and per agent event.
  */
 
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 
 import type { Settings } from "./config.js";
 import { argsHash, classify, minimalArgs, resultOutcome, toWire, type Json } from "./hashing.js";
@@ -27,6 +34,10 @@ export interface Verdict {
   count: number;
   message: string;
   warning_key: string | null;
+  /** The other side of a ping-pong (§8.2); absent from workers older than §8. */
+  paired_tool_name?: string | null;
+  /** What enforce mode would have answered, in a run in shadow mode (policy.md §3); null in enforce mode. */
+  shadow_decision?: Decision | null;
   error: string | null;
   /** The run's agent and the deciding event's ts: for loopwarden's aggregates across runs, unused here. */
   agent_id?: string | null;
@@ -49,10 +60,42 @@ export interface CallContext {
   sessionId?: string;
 }
 
+/** One tool call of a model response, as the model wrote it. */
+export interface TurnCall {
+  id: string;
+  name: string;
+  args: unknown;
+}
+
+/** A model response with tool calls: the `turn` of its calls (§8.1). */
+export interface Turn {
+  id: string;
+  calls: TurnCall[];
+  /** Learned from the transcript; false for a call whose response the plugin never saw (a turn of its own). */
+  seen: boolean;
+  runId?: string;
+  /** Each call's answer, once every verdict of the turn is in. */
+  admission?: Promise<Map<string, Answer>>;
+}
+
+/** The responses of one session whose calls may still be asked about. */
+interface SessionTurns {
+  byCall: Map<string, Turn>;
+  order: Turn[];
+}
+
+/** Responses remembered per session: the gateway asks about a response's calls right after writing it. */
+const TURNS_PER_SESSION = 32;
+/** The wire's limit on a turn's name (§8.1), in code points. */
+const TURN_MAX_CODE_POINTS = 256;
+
 interface Call {
   seq: number;
   toolName: string;
   args: unknown;
+  turn?: Turn;
+  /** The gateway asked about it (before_tool_call); a call it refused before that (a missing tool) was not. */
+  hooked?: boolean;
   /** The loop guard's (or the fallback policy's) veto reason, when the call did not run. */
   vetoed?: string;
   /** Shown to the model with the call's result. */
@@ -89,6 +132,8 @@ export class Guard {
   private readonly waiters = new Map<string, Waiter>();
   /** Session key or id -> the run now active in it, for hooks that do not carry a run id. */
   private readonly sessions = new Map<string, string>();
+  /** Session key -> the model responses written to its transcript, by tool call id. */
+  private readonly turns = new Map<string, SessionTurns>();
   log: Log;
 
   constructor(
@@ -138,7 +183,10 @@ export class Guard {
 
   // -- tool calls -------------------------------------------------------------
 
-  /** before_tool_call: publish the call and answer with its verdict. */
+  /**
+   * before_tool_call: the first call of a turn publishes every call of the turn and
+   * waits for all their verdicts; each call of the turn is answered from them.
+   */
   beforeToolCall(toolName: string, params: unknown, ctx: CallContext): Promise<Answer> {
     const runId = ctx.runId;
     if (!runId) return Promise.resolve(undefined);
@@ -146,49 +194,106 @@ export class Guard {
     if (ctx.sessionId) run.sessionId = ctx.sessionId;
     this.bindSession(runId, run, ctx.sessionKey, ctx.sessionId);
     const toolCallId = ctx.toolCallId ?? `lw-${randomUUID()}`;
+    const seen = ctx.toolCallId ? this.turnOf(ctx.sessionKey, ctx.toolCallId) : undefined;
+    const turn = seen && (seen.runId ?? runId) === runId ? seen : undefined;
     const known = run.calls.get(toolCallId);
-    if (known?.answer) return known.answer;
+    if (known?.answer && (!turn || known.turn === turn)) return known.answer;
+    if (known && turn && known.turn !== turn) run.calls.delete(toolCallId); // an id the provider used again
     if (run.aborted) {
       // The run was aborted: every later call is vetoed without asking, and not published.
       return Promise.resolve({ block: true, blockReason: run.aborted.message });
     }
-    const call: Call = { seq: -1, toolName, args: params };
-    run.calls.set(toolCallId, call);
-    call.answer = this.ask(runId, run, toolCallId, call, ctx);
+    const admitted = turn ?? { id: `call:${toolCallId}`, calls: [{ id: toolCallId, name: toolName, args: params }], seen: false };
+    admitted.admission ??= this.admit(runId, run, admitted, ctx);
+    const call = run.calls.get(toolCallId) as Call;
+    call.hooked = true;
+    call.answer = admitted.admission.then((answers) => answers.get(toolCallId));
     return call.answer;
   }
 
-  private async ask(runId: string, run: Run, toolCallId: string, call: Call, ctx: CallContext): Promise<Answer> {
-    const body: Record<string, unknown> = { type: "tool_call", tool_call_id: toolCallId, tool_name: call.toolName };
-    Object.assign(body, this.argsFields(call.toolName, call.args));
-    if (ctx.agentId) body.agent_id = ctx.agentId;
-    if (ctx.sessionKey) body.session_key = ctx.sessionKey;
+  /** Registers the turn's calls at once (so that their results find them), then decides the turn. */
+  private admit(runId: string, run: Run, turn: Turn, ctx: CallContext): Promise<Map<string, Answer>> {
+    turn.runId = runId;
+    const calls: [string, Call][] = turn.calls.map((each) => {
+      const call: Call = { seq: -1, toolName: each.name, args: each.args, turn };
+      run.calls.set(each.id, call);
+      return [each.id, call];
+    });
+    return this.decideTurn(runId, run, turn, calls, ctx);
+  }
+
+  private async decideTurn(runId: string, run: Run, turn: Turn, calls: [string, Call][], ctx: CallContext): Promise<Map<string, Answer>> {
     const started = Date.now();
-    let timer: NodeJS.Timeout | undefined;
-    let key = "";
-    let late = false;
-    const verdict = await new Promise<Verdict | string>((resolve) => {
-      timer = setTimeout(() => {
-        late = true;
-        resolve("timeout");
-      }, this.settings.timeoutMs);
+    const verdicts = await this.askAll(runId, run, turn, calls, ctx);
+    const waitedMs = Date.now() - started;
+    const answers = new Map<string, Answer>();
+    let veto: string | undefined;
+    calls.forEach(([id, call], index) => {
+      const verdict = verdicts[index];
+      let answer: Answer;
+      if (typeof verdict === "string") {
+        answer = this.fallback(runId, call, verdict, waitedMs);
+      } else {
+        // Healthy calls stay out of the operator's log; the round trip is there at debug level.
+        this.log.debug(
+          `loopwarden: verdict run=${runId} seq=${call.seq} tool=${call.toolName} turn=${turn.id} decision=${verdict.decision} waited_ms=${waitedMs}`,
+        );
+        answer = this.obey(runId, run, call, verdict, ctx);
+      }
+      veto ??= answer?.blockReason;
+      answers.set(id, answer);
+    });
+    if (veto !== undefined && calls.length > 1) {
+      // The gateway's own rule: the first critical loop blocks the whole batch before any of it runs.
+      const ran = calls.filter(([id]) => answers.get(id) === undefined).length;
+      if (ran > 0) this.log.info(`loopwarden: run=${runId} turn=${turn.id}: ${calls.length} calls vetoed as a whole (${ran} allowed alone)`);
+      for (const [id, call] of calls) {
+        if (answers.get(id) !== undefined) continue;
+        call.vetoed = veto;
+        call.warning = undefined;
+        answers.set(id, { block: true, blockReason: veto });
+      }
+    }
+    return answers;
+  }
+
+  /** Publishes the turn's calls in order; resolves with each one's verdict, or why there is none. */
+  private askAll(runId: string, run: Run, turn: Turn, calls: [string, Call][], ctx: CallContext): Promise<(Verdict | string)[]> {
+    return new Promise((resolve) => {
+      const results: (Verdict | string | undefined)[] = calls.map(() => undefined);
+      const keys: string[] = [];
+      let left = calls.length;
+      let done = false;
+      const finish = (): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        for (const key of keys) this.waiters.delete(key);
+        resolve(results.map((result) => result ?? "timeout"));
+      };
+      const settle = (index: number, result: Verdict | string): void => {
+        if (done || results[index] !== undefined) return;
+        results[index] = result;
+        if (--left === 0) finish();
+      };
+      const timer = setTimeout(finish, this.settings.timeoutMs);
       this.bus.ready().then(() => {
-        if (late) return; // answered by the policy already: nothing to wait for
-        const { seq, sent } = this.send(runId, run, body);
+        if (done) return; // answered by the policy already: nothing to wait for
         run.compactionArmed = false;
-        call.seq = seq;
-        key = waiterKey(runId, seq);
-        this.waiters.set(key, resolve);
-        sent.catch((error: Error) => resolve(`publish failed: ${error.message}`));
+        calls.forEach(([id, call], index) => {
+          const body: Record<string, unknown> = { type: "tool_call", tool_call_id: id, tool_name: call.toolName, turn: turn.id };
+          Object.assign(body, this.argsFields(call.toolName, call.args));
+          if (ctx.agentId) body.agent_id = ctx.agentId;
+          if (ctx.sessionKey) body.session_key = ctx.sessionKey;
+          const { seq, sent } = this.send(runId, run, body);
+          call.seq = seq;
+          const key = waiterKey(runId, seq);
+          keys.push(key);
+          this.waiters.set(key, (verdict) => settle(index, verdict));
+          sent.catch((error: Error) => settle(index, `publish failed: ${error.message}`));
+        });
       });
     });
-    clearTimeout(timer);
-    this.waiters.delete(key);
-    const waitedMs = Date.now() - started;
-    if (typeof verdict === "string") return this.fallback(runId, call, verdict, waitedMs);
-    // Healthy calls stay out of the operator's log; the round trip is there at debug level.
-    this.log.debug(`loopwarden: verdict run=${runId} seq=${call.seq} tool=${call.toolName} decision=${verdict.decision} waited_ms=${waitedMs}`);
-    return this.obey(runId, run, call, verdict, ctx);
   }
 
   private fallback(runId: string, call: Call, reason: string, waitedMs: number): Answer {
@@ -249,9 +354,14 @@ export class Guard {
   afterToolCall(result: unknown, error: string | undefined, ctx: CallContext): void {
     const run = ctx.runId ? this.runs.get(ctx.runId) : undefined;
     const call = ctx.toolCallId ? run?.calls.get(ctx.toolCallId) : undefined;
-    if (!run || !call || call.seq < 0 || call.reported) return;
+    if (!run || !call) return;
+    this.report(ctx.runId as string, run, ctx.toolCallId as string, call, result, error);
+  }
+
+  private report(runId: string, run: Run, toolCallId: string, call: Call, result: unknown, error: string | undefined): void {
+    if (call.seq < 0 || call.reported) return;
     call.reported = true;
-    const body: Record<string, unknown> = { type: "tool_result", tool_call_id: ctx.toolCallId, tool_name: call.toolName };
+    const body: Record<string, unknown> = { type: "tool_result", tool_call_id: toolCallId, tool_name: call.toolName };
     Object.assign(body, this.argsFields(call.toolName, call.args));
     const veto = call.vetoed ?? run.aborted?.message;
     if (veto !== undefined) {
@@ -261,7 +371,64 @@ export class Guard {
     } else {
       Object.assign(body, this.outcomeFields(call, result, error));
     }
-    this.notify(ctx.runId as string, run, body);
+    this.notify(runId, run, body);
+  }
+
+  // -- the transcript: turns ------------------------------------------------------------
+
+  /**
+   * before_message_write: an assistant message with tool calls is a turn, written
+   * before the gateway prepares its first call; a tool result of a call that the
+   * gateway refused before asking the hooks (a missing tool, invalid arguments) is
+   * that call's outcome, which after_tool_call does not report.
+   */
+  noteMessage(message: unknown, sessionKey: string | undefined): void {
+    if (!isRecord(message)) return;
+    if (message.role === "assistant") this.noteTurn(message, sessionKey ?? "");
+    else if (message.role === "toolResult") this.noteToolResult(message, sessionKey ?? "");
+  }
+
+  private noteTurn(message: Record<string, unknown>, sessionKey: string): void {
+    const content = Array.isArray(message.content) ? message.content : [];
+    const calls: TurnCall[] = content.flatMap((item) =>
+      isRecord(item) && item.type === "toolCall" && typeof item.id === "string" && item.id && typeof item.name === "string"
+        ? [{ id: item.id, name: item.name, args: item.arguments }]
+        : [],
+    );
+    if (calls.length === 0) return;
+    let session = this.turns.get(sessionKey);
+    if (!session) this.turns.set(sessionKey, (session = { byCall: new Map(), order: [] }));
+    const base = turnName(message, calls);
+    const before = session.byCall.get(calls[0].id);
+    if (before && !before.admission && sameCalls(before.calls, calls) && before.id.startsWith(base)) return; // written again
+    const taken = new Set(session.order.map((turn) => turn.id));
+    let id = base;
+    for (let n = 2; taken.has(id); n++) id = `${base}#${n}`;
+    const turn: Turn = { id, calls, seen: true };
+    session.order.push(turn);
+    for (const call of calls) session.byCall.set(call.id, turn);
+    while (session.order.length > TURNS_PER_SESSION) {
+      const old = session.order.shift() as Turn;
+      for (const call of old.calls) if (session.byCall.get(call.id) === old) session.byCall.delete(call.id);
+    }
+  }
+
+  private noteToolResult(message: Record<string, unknown>, sessionKey: string): void {
+    const toolCallId = typeof message.toolCallId === "string" ? message.toolCallId : undefined;
+    const turn = toolCallId ? this.turnOf(sessionKey, toolCallId) : undefined;
+    const run = turn?.runId ? this.runs.get(turn.runId) : undefined;
+    const call = run?.calls.get(toolCallId as string);
+    if (!run || !call || call.turn !== turn || call.hooked) return;
+    const result = { content: message.content, details: message.details };
+    const text = Array.isArray(message.content)
+      ? message.content.flatMap((part) => (isRecord(part) && typeof part.text === "string" ? [part.text] : [])).join("\n")
+      : "";
+    this.report(turn?.runId as string, run, toolCallId as string, call, message.isError === true ? undefined : result, message.isError === true ? text : undefined);
+  }
+
+  /** The turn a tool call belongs to, from its session's transcript. */
+  turnOf(sessionKey: string | undefined, toolCallId: string): Turn | undefined {
+    return this.turns.get(sessionKey ?? "")?.byCall.get(toolCallId) ?? this.turns.get("")?.byCall.get(toolCallId);
   }
 
   private argsFields(toolName: string, args: unknown): Record<string, unknown> {
@@ -335,7 +502,11 @@ export class Guard {
     if (run.published) {
       this.notify(runId, run, { type: "run_end" });
     }
-    for (const key of run.sessionKeys) if (this.sessions.get(key) === runId) this.sessions.delete(key);
+    for (const key of run.sessionKeys) {
+      if (this.sessions.get(key) === runId) this.sessions.delete(key);
+      const session = this.turns.get(key);
+      if (session && session.order.every((turn) => !turn.runId || turn.runId === runId)) this.turns.delete(key);
+    }
     this.runs.delete(runId);
   }
 
@@ -364,6 +535,25 @@ export class Guard {
 
 function waiterKey(runId: string, seq: number): string {
   return `${runId}\u0000${seq}`;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function sameCalls(a: TurnCall[], b: TurnCall[]): boolean {
+  return a.length === b.length && a.every((call, index) => call.id === b[index].id);
+}
+
+/**
+ * A model response's name: the provider's response id, else the gateway's turn id
+ * for it, else its time and first call id; one longer than the wire allows is hashed.
+ */
+export function turnName(message: Record<string, unknown>, calls: TurnCall[]): string {
+  const text = (value: unknown): string | undefined => (typeof value === "string" && value.trim() ? value.trim() : undefined);
+  const name = text(message.responseId) ?? text(message.turnId) ?? `${String(message.timestamp ?? Date.now())}:${calls[0].id}`;
+  // Room for the "#n" that tells apart two responses of one session under one name.
+  return [...name].length <= TURN_MAX_CODE_POINTS - 8 ? name : `sha256:${createHash("sha256").update(name).digest("hex")}`;
 }
 
 /** What the model is given for a vetoed call, as the gateway itself builds it. */

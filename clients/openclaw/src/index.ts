@@ -68,6 +68,13 @@ const plugin: OpenClawPluginDefinition = {
       return answer;
     });
 
+    // The model's response is written to the transcript before its first call is
+    // prepared: the plugin learns the whole turn there. The hook is synchronous and
+    // only observes (it returns nothing, so the message is written as it is).
+    api.on("before_message_write", (event, ctx) => {
+      guard.noteMessage(event.message, ctx.sessionKey ?? event.sessionKey);
+    });
+
     api.on("after_tool_call", (event, ctx) => {
       guard.afterToolCall(event.result, event.error, {
         runId: event.runId ?? ctx.runId,

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import type { Settings } from "../src/config.js";
-import { Guard, type Decision, type Publisher } from "../src/guard.js";
+import { Guard, turnName, vetoResult, type Decision, type Publisher } from "../src/guard.js";
 
 type Event = Record<string, unknown> & { type: string; run_id: string; seq: number };
 
@@ -156,4 +156,129 @@ test("a run that published nothing ends without a run_end", async () => {
   guard.agentEvent("r9", "lifecycle", 2, { phase: "end" });
   await new Promise(setImmediate);
   assert.deepEqual(recorder.events, []);
+});
+
+// -- turns (spec loop-detection.md §8.1) ---------------------------------------------------
+
+/** An assistant message as the gateway writes it to the transcript, with its tool calls. */
+const response = (responseId: string | undefined, ...calls: [string, string, unknown][]) => ({
+  role: "assistant",
+  content: [{ type: "text", text: "let me look" }, ...calls.map(([id, name, args]) => ({ type: "toolCall", id, name, arguments: args }))],
+  stopReason: "toolUse",
+  timestamp: 1796187600000,
+  ...(responseId ? { responseId } : {}),
+});
+const SESSION = "agent:main:main";
+
+test("a turn's calls are all published, in the model's order, before its first call is answered", async () => {
+  const { recorder, guard } = setUp(() => "allow");
+  guard.noteMessage(response("chatcmpl-1", ["c1", "read", { path: "a" }], ["c2", "exec", { command: "ls" }], ["c3", "read", { path: "b" }]), SESSION);
+  assert.equal(await guard.beforeToolCall("read", { path: "a" }, ctx("c1")), undefined);
+  // All three went out before the first answer, with the turn's name and each call's own args.
+  assert.deepEqual(recorder.events.map((event) => [event.tool_call_id, event.tool_name, event.turn, event.args]), [
+    ["c1", "read", "chatcmpl-1", { path: "a" }],
+    ["c2", "exec", "chatcmpl-1", { command: "ls" }],
+    ["c3", "read", "chatcmpl-1", { path: "b" }],
+  ]);
+  // The gateway asks about the others afterwards: answered from their verdicts, nothing published again.
+  assert.equal(await guard.beforeToolCall("exec", { command: "ls" }, ctx("c2")), undefined);
+  assert.equal(await guard.beforeToolCall("read", { path: "b" }, ctx("c3")), undefined);
+  assert.equal(recorder.events.length, 3);
+  const seqs = recorder.events.map((event) => event.seq);
+  assert.deepEqual(seqs, [seqs[0], seqs[0] + 1, seqs[0] + 2]);
+});
+
+test("one block in a turn vetoes every call of it; each result is reported as the loop guard's veto", async () => {
+  const { recorder, guard } = setUp((event) => (event.type !== "tool_call" ? undefined : event.tool_call_id === "c2" ? "block" : "allow"));
+  guard.noteMessage(response("chatcmpl-2", ["c1", "read", { path: "a" }], ["c2", "read", { path: "a" }], ["c3", "read", { path: "a" }]), SESSION);
+  const veto = { block: true, blockReason: "block says loopwarden" };
+  assert.deepEqual(await guard.beforeToolCall("read", { path: "a" }, ctx("c1")), veto); // allowed alone, vetoed with its turn
+  assert.deepEqual(await guard.beforeToolCall("read", { path: "a" }, ctx("c2")), veto);
+  assert.deepEqual(await guard.beforeToolCall("read", { path: "a" }, ctx("c3")), veto);
+  for (const id of ["c3", "c1", "c2"]) guard.afterToolCall(undefined, "block says loopwarden", ctx(id));
+  await new Promise(setImmediate);
+  const results = recorder.events.filter((event) => event.type === "tool_result");
+  assert.deepEqual(results.map((event) => event.tool_call_id), ["c3", "c1", "c2"]);
+  for (const result of results) assert.deepEqual(result.result, vetoResult("block says loopwarden"));
+});
+
+test("an abort in a turn vetoes the whole turn and ends the run once", async () => {
+  const { recorder, guard, aborted } = setUp((event) => (event.type === "tool_call" ? (event.tool_call_id === "c1" ? "allow" : "abort") : undefined));
+  guard.noteMessage(response("chatcmpl-3", ["c1", "read", {}], ["c2", "read", {}]), SESSION);
+  const veto = { block: true, blockReason: "abort says loopwarden" };
+  assert.deepEqual(await guard.beforeToolCall("read", {}, ctx("c1")), veto);
+  assert.deepEqual(await guard.beforeToolCall("read", {}, ctx("c2")), veto);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.deepEqual(aborted, ["s1"]);
+  // A later turn is not published: the run is over.
+  guard.noteMessage(response("chatcmpl-4", ["c3", "read", {}]), SESSION);
+  assert.deepEqual(await guard.beforeToolCall("read", {}, ctx("c3")), veto);
+  assert.deepEqual(recorder.types(), ["tool_call", "tool_call"]);
+});
+
+test("a warning in a turn that runs is shown with that call only", async () => {
+  const { guard } = setUp((event) => (event.type !== "tool_call" ? undefined : event.tool_call_id === "c2" ? "warn" : "allow"));
+  guard.noteMessage(response("chatcmpl-5", ["c1", "read", {}], ["c2", "read", {}]), SESSION);
+  assert.equal(await guard.beforeToolCall("read", {}, ctx("c1")), undefined);
+  assert.equal(await guard.beforeToolCall("read", {}, ctx("c2")), undefined);
+  assert.equal(guard.takeWarning("r1", "c1"), undefined);
+  assert.equal(guard.takeWarning("r1", "c2"), "warn says loopwarden");
+});
+
+test("a call whose response was not seen is a turn of its own", async () => {
+  const { recorder, guard } = setUp(() => "allow");
+  await guard.beforeToolCall("read", { path: "a" }, ctx("c9"));
+  assert.equal(recorder.events[0].turn, "call:c9");
+});
+
+test("a call the gateway refused before asking (a missing tool) is reported from the transcript, once", async () => {
+  const { recorder, guard } = setUp((event) => (event.type === "tool_call" ? "allow" : undefined));
+  guard.noteMessage(response("chatcmpl-6", ["c1", "run_tests", {}], ["c2", "read", { path: "a" }]), SESSION);
+  // The gateway answers c1 itself ("Tool run_tests not found") and asks only about c2.
+  assert.equal(await guard.beforeToolCall("read", { path: "a" }, ctx("c2")), undefined);
+  guard.afterToolCall({ content: [{ type: "text", text: "A" }] }, undefined, ctx("c2"));
+  const missing = { role: "toolResult", toolCallId: "c1", toolName: "run_tests", content: [{ type: "text", text: "Tool run_tests not found" }], isError: true };
+  guard.noteMessage(missing, SESSION);
+  guard.noteMessage(missing, SESSION);
+  guard.noteMessage({ role: "toolResult", toolCallId: "c2", toolName: "read", content: [{ type: "text", text: "A" }], isError: false }, SESSION);
+  await new Promise(setImmediate);
+  assert.deepEqual(recorder.events.map((event) => [event.type, event.tool_call_id]), [
+    ["tool_call", "c1"],
+    ["tool_call", "c2"],
+    ["tool_result", "c2"],
+    ["tool_result", "c1"],
+  ]);
+  assert.equal(recorder.events[3].error, "Tool run_tests not found");
+});
+
+test("a response written twice is one turn; two responses under one id are two turns", async () => {
+  const { recorder, guard } = setUp(() => "allow");
+  const first = response("same-id", ["c1", "read", {}]);
+  guard.noteMessage(first, SESSION);
+  guard.noteMessage(first, SESSION);
+  await guard.beforeToolCall("read", {}, ctx("c1"));
+  guard.noteMessage(response("same-id", ["c2", "read", {}]), SESSION);
+  await guard.beforeToolCall("read", {}, ctx("c2"));
+  guard.noteMessage(response(undefined, ["c3", "read", {}]), SESSION);
+  await guard.beforeToolCall("read", {}, ctx("c3"));
+  assert.deepEqual(recorder.events.map((event) => event.turn), ["same-id", "same-id#2", "1796187600000:c3"]);
+});
+
+test("a turn's name fits the wire: a long response id is hashed", () => {
+  const calls = [{ id: "c1", name: "read", args: {} }];
+  assert.equal(turnName({ responseId: "resp_1" }, calls), "resp_1");
+  assert.equal(turnName({ turnId: "0199-turn" }, calls), "0199-turn");
+  assert.match(turnName({ responseId: "x".repeat(300) }, calls), /^sha256:[0-9a-f]{64}$/);
+});
+
+test("without a verdict for one call of a turn, the failure policy decides that call; a block still vetoes the turn", async () => {
+  const { guard } = setUp((event) => (event.type !== "tool_call" ? undefined : event.tool_call_id === "c1" ? undefined : "block"), {
+    timeoutMs: 50,
+  });
+  guard.noteMessage(response("chatcmpl-7", ["c1", "read", {}], ["c2", "read", {}]), SESSION);
+  assert.deepEqual(await guard.beforeToolCall("read", {}, ctx("c1")), { block: true, blockReason: "block says loopwarden" });
+  const open = setUp((event) => (event.type !== "tool_call" ? undefined : event.tool_call_id === "c1" ? undefined : "allow"), { timeoutMs: 50 });
+  open.guard.noteMessage(response("chatcmpl-8", ["c1", "read", {}], ["c2", "read", {}]), SESSION);
+  assert.equal(await open.guard.beforeToolCall("read", {}, ctx("c1")), undefined); // fail_open: it runs
+  assert.equal(await open.guard.beforeToolCall("read", {}, ctx("c2")), undefined);
 });
