@@ -14,7 +14,7 @@ from builders import NO_RECOVERY, Driver, call, fleet, low, restored, stored
 from schemas.codec import BadEvent, decode_event
 from schemas.policy import parse_policy
 from schemas.state import BLOCKED_RAN, OWN_TURN, VETO, Latch, Record, RunState
-from stories import ENOENT, TABLE, play, ping_pong_moving_on, retries_the_blocked_side
+from stories import ENOENT, TABLE, play, ping_pong_doing_something_else, retries_the_blocked_side
 from streams.engine import apply
 
 DEFAULTS = fleet(enabled=True)
@@ -312,13 +312,14 @@ def test_results_clear_the_turn_of_their_record() -> None:
         ("repeats one failing read", 20, 22),
         ("retries the blocked side of a ping-pong", 19, 21),
         ("three identical calls per turn", 18, 8),
-        ("ping-pong, moving on after a block", 38, 41),
+        ("ping-pong, moving on to the other side after a block", 19, 21),
+        ("ping-pong, doing something else that works after a block, then again", 38, 41),
         ("calls a tool that does not exist", 10, 12),
     ],
 )
 def test_the_table_of_section_8(name: str, ran: int, turns_played: int) -> None:
     """Each behaviour, with the default thresholds and no policy file: the tool
-    runs no more often than on the reference gateway (20, 38, 18, 44, 10) and
+    runs no more often than on the reference gateway (docs/OPENCLAW.md: 20, 38, 18, 49, 38, 10) and
     every run ends, at the turn after the first blocked one."""
     model, tool = TABLE[name]
     story = play(model, DEFAULTS, max_turns=60)
@@ -326,7 +327,7 @@ def test_the_table_of_section_8(name: str, ran: int, turns_played: int) -> None:
     aborts = [v for v in story.verdicts if v.decision == "abort"]
     assert {v.error for v in aborts} == {"loop_recovery_exhausted"}
     first_block = story.decisions.index("block")
-    if name != "ping-pong, moving on after a block":  # the others never run the tool again
+    if not name.startswith("ping-pong, doing something else"):  # the others never run the tool again
         assert set(story.decisions[first_block:]) <= {"block", "abort"}
 
 
@@ -346,7 +347,7 @@ def test_a_latch_released_by_another_call_that_runs() -> None:
     """After the block, a call that works runs: the loop is unlatched, and it is
     judged afresh by the detectors, which need a whole new alternation of 19
     calls before they block it again."""
-    story = play(ping_pong_moving_on, DEFAULTS, NO_RECOVERY, max_turns=42)
+    story = play(ping_pong_doing_something_else, DEFAULTS, NO_RECOVERY, max_turns=42)
     assert story.decisions[19] == "block" and story.verdicts[20].tool_name == "exec"
     assert story.decisions[20] == "allow"
     again = story.decisions.index("block", 21)
