@@ -38,6 +38,13 @@ def turns(config=None, policy=None) -> Turns:  # type: ignore[no-untyped-def]
     return Turns(config or low(), policy)
 
 
+def fail_five_times(d: Turns, tool: str = "read", args: Any = None) -> None:
+    """Five identical failing calls, one per turn, each run: the next is blocked (low())."""
+    for n in range(5):
+        d.ask(tool, args or {"path": "x"}, f"{tool}{n}")
+        d.done(tool)
+
+
 def repeat_until_blocked(d: Turns, tool: str = "read", args: Any = None) -> Any:
     """The same failing call, one per turn, until the detectors block it (low(): the sixth call, turn t6)."""
     args = args or {"path": "x"}
@@ -226,9 +233,7 @@ def test_only_run_end_forgets_latches_blocked_turns_and_the_first_blocked_turn()
 
 def test_calls_of_a_blocked_turn_are_blocked_with_its_first_block() -> None:
     d = turns(policy=NO_RECOVERY)
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     first = d.ask("read", {"path": "x"}, "T")
     assert first.decision == "block"
     other = d.ask("write", {"path": "y"}, "T")
@@ -251,9 +256,7 @@ def two_loops_blocked_in_one_turn() -> Turns:
     block too (no ping-pong: the read's veto and the greps would warn of one first)."""
     d = turns(low(detectors={"pingPong": False}), NO_RECOVERY)
     for tool, args in (("read", {"path": "x"}), ("grep", {"q": "y"})):
-        for n in range(5):
-            d.ask(tool, args, f"{tool}{n}")
-            d.done(tool)
+        fail_five_times(d, tool, args)
     first = d.ask("read", {"path": "x"}, "T")
     own = d.ask("grep", {"q": "y"}, "T")
     assert (first.decision, own.decision) == ("block", "block")
@@ -419,9 +422,7 @@ def test_escalation_counts_a_recovery_abort_as_blocked_and_does_not_abort_again(
 
 def test_shadow_reports_a_would_be_end_once_and_the_turn_becomes_the_first() -> None:
     d = turns(policy=parse_policy({"mode": "shadow"}))
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     shadowed = []
     for turn in ("A", "A", "B", "B", "C"):
         v = d.ask("read", {"path": "x"}, turn)
@@ -440,9 +441,7 @@ def test_shadow_reports_a_would_be_end_once_and_the_turn_becomes_the_first() -> 
 
 def test_shadow_latches_are_released_only_by_a_call_whose_shadow_decision_let_it_run() -> None:
     d = turns(policy=parse_policy({"mode": "shadow", "recovery": {"enabled": False}}))
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     blocked = d.ask("read", {"path": "x"}, "u")
     assert blocked.shadow_decision == "block" and d.state().history[-1].flags == BLOCKED_RAN
     assert d.state().latches
