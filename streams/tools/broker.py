@@ -40,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.listen import port
 from streams.tools import secure
 
 __all__ = [
@@ -660,7 +661,7 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     p_install.add_argument("--cache-dir", type=Path)
     p_start = sub.add_parser("start", help="start a broker in the background")
     p_start.add_argument("--data-dir", type=Path, required=True)
-    p_start.add_argument("--port", type=int, help="default: a free port")
+    p_start.add_argument("--port", type=port, help="default: a free port")
     p_start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
     p_start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
     p_start.add_argument(

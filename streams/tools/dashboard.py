@@ -35,6 +35,7 @@ from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.listen import CannotListen, cannot_listen
 from streams.observability import logs
 from streams.tools import access
 
@@ -270,10 +271,6 @@ def create_app(
     return app
 
 
-class CannotListen(RuntimeError):
-    """The page's address cannot be bound."""
-
-
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -297,7 +294,7 @@ async def serve(
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:  # the port is taken, or the address is not this host's
         await runner.cleanup()
-        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from None
+        raise cannot_listen(host, port, exc) from None
     readers = [
         asyncio.create_task(
             follow(source, source.decisions_topic, _feeder(board, decode_verdict, Board.verdict, "a verdict"))
@@ -359,13 +356,11 @@ def _stop_signals() -> asyncio.Future[str]:
 
 def main(args: Any) -> int:
     """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
     from streams.worker.settings import connection_from_args
 
     logs.setup("info", "logfmt")
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
     bootstrap, security = connection_from_args(args)
     source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     token_file = args.token_file or os.environ.get(access.ENV)

@@ -40,7 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from streams import kafka_clients
+from streams import kafka_clients, listen
 from streams.kafka_clients import KafkaSecurity
 from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
 
@@ -285,7 +285,7 @@ def _page_argv(settings: Settings, port: int, page_security: KafkaSecurity) -> t
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
     from streams.tools.secure import SecureSetupError
-    from schemas.configfile import load_config
+    from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, ensure_topics
 
@@ -294,9 +294,18 @@ def run_up(args: argparse.Namespace) -> int:
     load_policy(settings.policy_path)  # and so does a bad policy
     for note in resolved.notes:
         _say(f"config: {note}")
+    if rolling_off(resolved.config):
+        _say(f"config: {ROLLING_OFF}")
     if args.demo and not Path(args.demo).is_file():
         _say(f"no such demo trace: {args.demo}")
         return 2
+    try:
+        for number in (args.dashboard, settings.web_port):  # taken ports are named before anything starts
+            if number is not None:
+                listen.check_free(listen.WEB_HOST, number)
+    except listen.CannotListen as exc:
+        _say(str(exc))
+        return 1
     if args.secure:
         try:
             _check_secure_names(settings)

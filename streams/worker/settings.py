@@ -14,7 +14,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, check_connection, security_from
+from streams.listen import port
+from streams.kafka_clients import (
+    DEFAULT_CONNECT_TIMEOUT,
+    PLAINTEXT,
+    SETTINGS,
+    KafkaSecurity,
+    check_connection,
+    security_from,
+)
 
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
@@ -98,6 +106,7 @@ class Settings:
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     security: KafkaSecurity = PLAINTEXT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     config_path: str | None = None
     policy_path: str | None = None
     app_id: str = "loopwarden"
@@ -146,13 +155,36 @@ def default_bootstrap(value: str | None = None) -> str:
     return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
+def add_connection_options(parser: argparse.ArgumentParser, *, verbose: bool = True) -> None:
+    """--bootstrap, --connect-timeout, the security flags and, for a command
+    that does not set up logs of its own (`verbose`), --verbose."""
     parser.add_argument(
         "--bootstrap",
         metavar="HOST:PORT",
         help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )
+    add_reach_options(parser, verbose=verbose)
     add_security_options(parser)
+
+
+def add_reach_options(parser: argparse.ArgumentParser, *, verbose: bool = True) -> None:
+    """How long a command waits for the brokers, and whether their client's own log lines are shown."""
+    parser.add_argument(
+        "--connect-timeout",
+        type=duration,
+        metavar="DURATION",
+        default=DEFAULT_CONNECT_TIMEOUT,
+        help="give up when no bootstrap server answers within this long; 0 leaves it to the Kafka client's own "
+        f"retries (default {format_duration(DEFAULT_CONNECT_TIMEOUT)})",
+    )
+    if not verbose:
+        return
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the Kafka client's own log lines (connection retries, metadata refreshes)",
+    )
 
 
 def add_security_options(parser: argparse.ArgumentParser) -> None:
@@ -170,9 +202,10 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
 
 def connection_from_args(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
     """A command's bootstrap and security, checked against the brokers
-    (`check_connection`: ConnectionRefused names what was refused)."""
+    (`check_connection`: ConnectionRefused names what was refused,
+    KafkaUnreachable the servers that did not answer within --connect-timeout)."""
     bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
-    check_connection(bootstrap, security)
+    check_connection(bootstrap, security, args.connect_timeout)
     return bootstrap, security
 
 
@@ -302,7 +335,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
     parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
     parser.add_argument(
-        "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
+        "--web-port", type=port, help="serve Faust's web endpoints on this port (default: no web server)"
     )
     parser.add_argument(
         "--trace-stages",
@@ -336,6 +369,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         bootstrap=default_bootstrap(args.bootstrap),
         security=security_from_args(args),
+        connect_timeout=args.connect_timeout,
         config_path=args.config,
         policy_path=args.policy,
         app_id=args.app_id or os.environ.get(APP_ID_ENV) or "loopwarden",
@@ -374,6 +408,8 @@ def worker_argv(settings: Settings) -> list[str]:
     argv = [
         "--bootstrap",
         settings.bootstrap,
+        "--connect-timeout",
+        format_duration(settings.connect_timeout),
         "--app-id",
         settings.app_id,
         "--events-topic",

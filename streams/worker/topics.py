@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from schemas.topics import INCIDENTS_TOPIC
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity, not_authorized
-from streams.worker.settings import Topics
+from streams.worker.settings import DEFAULT_BOOTSTRAP, Topics
 
 log = logging.getLogger("loopwarden.topics")
 
@@ -36,6 +36,20 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
 
 class TopicError(RuntimeError):
     """A topic could not be created or described."""
+
+
+def missing_topic(topic: str, bootstrap: str) -> str:
+    """How every command says that a topic it needs is not there, and which command creates it."""
+    where = "" if bootstrap == DEFAULT_BOOTSTRAP else f" --bootstrap {bootstrap}"
+    return f"topic {topic} does not exist: create it with `loopwarden topics create{where}`"
+
+
+def require_topic(bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT) -> int:
+    """The partition count of `topic`; TopicError (`missing_topic`) when there is no such topic."""
+    found = describe_partitions(bootstrap, [topic], security=security)
+    if topic not in found:
+        raise TopicError(missing_topic(topic, bootstrap))
+    return found[topic]
 
 
 class TopicNotAuthorized(TopicError):
@@ -65,7 +79,7 @@ def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
     try:
         return admin_client(bootstrap, timeout, security)
     except Exception as exc:
-        raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+        raise TopicError(f"cannot reach Kafka at {bootstrap}: {kafka_clients.describe_error(exc)}") from None
 
 
 def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
@@ -160,7 +174,7 @@ def ensure(
     except TopicError:
         raise
     except Exception as exc:
-        raise TopicError(f"cannot create topics on {bootstrap}: {type(exc).__name__}: {exc}") from None
+        raise TopicError(f"cannot create topics on {bootstrap}: {kafka_clients.describe_error(exc)}") from None
     finally:
         admin.close()
 
