@@ -4,70 +4,94 @@ offline commands never pay for the stream stack."""
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
-from typing import BinaryIO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
-from streams.kafka_clients import ConnectionRefused, SecurityError
+from streams.kafka_clients import ConnectionRefused, KafkaUnreachable, SecurityError
+from streams.listen import port
 
-#: What stops a command before it starts (exit 2), and how its message begins.
+if TYPE_CHECKING:
+    from streams.tools.replay import Refusals
+
+#: What stops a command before it starts (exit 2), and how its message begins
+#: (nothing where the message names the problem itself).
 START_UP_ERRORS: dict[type[Exception], str] = {
     ConfigError: "config error",
     PolicyError: "policy error",
     SecurityError: "security settings",
     ConnectionRefused: "Kafka refused the connection",
+    KafkaUnreachable: "",
 }
+
+#: The Kafka clients' own loggers: their retries, reconnections and metadata
+#: refreshes, which only --verbose shows.
+KAFKA_CLIENT_LOGGERS = ("kafka", "aiokafka")
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
 
-def _events_command(args: argparse.Namespace, run: Callable[[BinaryIO], int]) -> int:
-    """Run `run` over the events file (or stdin); exit 1 when it refused lines, 2 when unreadable."""
-    if args.events == "-":
-        return 1 if run(sys.stdin.buffer) else 0
+def _events_command(
+    args: argparse.Namespace, command: str, run: Callable[[Iterable[bytes], Refusals], list[str]]
+) -> int:
+    """Run `run` over the events file (or stdin), with a bar on a terminal,
+    then say what it read and decided; `run` returns the summary's middle
+    parts. Exit 1 when lines were refused, 2 when the file is unreadable."""
+    from streams.tools.progress import read_lines
+    from streams.tools.replay import Refusals
+
     try:
-        with open(args.events, "rb") as lines:
-            refused = run(lines)
+        stream = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
-    return 1 if refused else 0
+    refusals = Refusals(sys.stderr)
+    with stream:
+        parts = run(read_lines(stream, sys.stderr), refusals)
+    print(refusals.summary(command, *parts), file=sys.stderr)
+    return 1 if refusals.dead_letters else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
     from streams.tools.replay import replay
 
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
-    return _events_command(args, lambda lines: replay(lines, config, sys.stdout.buffer, sys.stderr, policy))
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
+
+    def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
+        replay(lines, config, sys.stdout.buffer, sys.stderr, policy, refusals)
+        return refusals.decided()
+
+    return _events_command(args, "replay", run)
 
 
 def _incidents(args: argparse.Namespace) -> int:
     import time
 
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
     from streams.fleet.settings import incident_settings_from_args
     from streams.tools.incidents import print_incidents
+    from streams.tools.progress import plural
 
     try:
         settings = incident_settings_from_args(args)
     except ValueError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
     now = args.now
     clock = time.time if now is None else lambda: now
-    return _events_command(
-        args, lambda lines: print_incidents(lines, config, sys.stdout.buffer, sys.stderr, settings, clock, policy)
-    )
+
+    def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
+        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy)
+        return [*refusals.decided(), plural(written, "incident")]
+
+    return _events_command(args, "incidents", run)
 
 
 def _exit_ok(signum: int, frame: FrameType | None) -> NoReturn:
@@ -127,28 +151,39 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
+    from streams.kafka_clients import describe_error
     from streams.tools.produce import produce_file
+    from streams.tools.progress import Tally, plural
     from streams.worker.settings import connection_from_args
+    from streams.worker.topics import TopicError, require_topic
 
+    topic = args.events_topic
     bootstrap, security = connection_from_args(args)
+    tally = Tally()
     try:
-        report = produce_file(args.events, bootstrap, args.topic, raw=args.raw, security=security)
+        require_topic(bootstrap, topic, security=security)
+        report = produce_file(args.events, bootstrap, topic, raw=args.raw, security=security)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # broker unreachable, timeouts
-        print(f"loopwarden: cannot produce to {args.topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except TopicError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"sent {report.sent} events to {args.topic}"
-        + (f", refused {report.refused} bad lines" if report.refused else "")
-        + (f", {report.failed} not accepted by Kafka ({report.error})" if report.failed else ""),
-        file=sys.stderr,
-    )
+    except Exception as exc:  # the broker went away, timeouts
+        print(f"loopwarden: cannot produce to {topic}: {describe_error(exc)}", file=sys.stderr)
+        return 1
+    tally.events = report.sent + report.refused + report.failed
+    parts = [f"{report.sent:,} sent to {topic}"]
+    if report.refused:
+        parts.append(f"{plural(report.refused, 'line')} refused")
+    if report.failed:
+        parts.append(f"{report.failed:,} not accepted by Kafka ({report.error})")
+    print(tally.summary("produce", *parts), file=sys.stderr)
     return 1 if report.refused or report.failed else 0
 
 
 def _tail(args: argparse.Namespace) -> int:
+    from streams.kafka_clients import describe_error
     from streams.tools.audit import AuditError
     from streams.tools.tail import tail
     from streams.worker.settings import connection_from_args
@@ -174,7 +209,7 @@ def _tail(args: argparse.Namespace) -> int:
         print(f"loopwarden tail: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # broker unreachable
-        print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"loopwarden: cannot read {topic}: {describe_error(exc)}", file=sys.stderr)
         return 1
     if args.max is not None and printed < args.max:
         return 1
@@ -258,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
     from streams.worker.settings import (
         add_connection_options,
+        add_reach_options,
         add_security_options,
         add_topic_options,
         add_worker_options,
@@ -266,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     worker = commands.add_parser("worker", help="run the stream processor (a Faust worker)")
-    add_connection_options(worker)
+    add_connection_options(worker, verbose=False)
     add_topic_options(worker)
     add_worker_options(worker)
     worker.set_defaults(run=_worker)
@@ -276,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet = commands.add_parser(
         "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
     )
-    add_connection_options(fleet)
+    add_connection_options(fleet, verbose=False)
     add_fleet_options(fleet)
     fleet.set_defaults(run=_fleet)
 
@@ -299,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce = commands.add_parser("produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
-    produce.add_argument("--topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    produce.add_argument(
+        "--events-topic", "--topic", default=EVENTS_TOPIC, help=f"the topic to publish to (default {EVENTS_TOPIC})"
+    )
     produce.add_argument(
         "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
     )
@@ -321,14 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser(
         "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
     )
-    add_connection_options(up)
+    add_connection_options(up, verbose=False)
     add_topic_options(up)
     add_worker_options(up)
     up.add_argument("--demo", metavar="EVENTS.jsonl", help="publish this trace, print its verdicts, then exit")
     up.add_argument(
         "--dashboard",
         metavar="PORT",
-        type=int,
+        type=port,
         help="also run the fleet stage and the operator page on 127.0.0.1:PORT (with --demo: keep running after it)",
     )
     up.add_argument(
@@ -399,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
+    add_reach_options(explain)
     add_security_options(explain)
     explain.set_defaults(run=_explain)
 
@@ -406,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"
     )
     add_connection_options(dashboard)
-    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     dashboard.add_argument(
         "--token-file",
@@ -433,11 +472,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not getattr(args, "verbose", True):
+        for name in KAFKA_CLIENT_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         return args.run(args)
     except tuple(START_UP_ERRORS) as exc:
         label = next(text for kind, text in START_UP_ERRORS.items() if isinstance(exc, kind))
-        print(f"loopwarden: {label}: {exc}", file=sys.stderr)
+        print(f"loopwarden: {label}: {exc}" if label else f"loopwarden: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
