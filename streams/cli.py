@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
 from streams.kafka_clients import ConnectionRefused, KafkaUnreachable, SecurityError
+from streams.helptext import add_command
 from streams.listen import port
 
 if TYPE_CHECKING:
@@ -150,6 +151,37 @@ def _topics_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics_list(args: argparse.Namespace) -> int:
+    from streams.tools.progress import plural
+    from streams.worker.settings import connection_from_args
+    from streams.worker.topics import list_topics
+
+    bootstrap, security = connection_from_args(args)
+    for name, partitions in list_topics(bootstrap, timeout=args.timeout, security=security).items():
+        print(f"{name} ({plural(partitions, 'partition')})")
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    from streams.tools.progress import plural
+    from streams.worker.settings import connection_from_args
+    from streams.worker.topics import describe, missing_topic
+
+    bootstrap, security = connection_from_args(args)
+    names = args.names or [args.events_topic, args.decisions_topic, args.deadletter_topic, args.incidents_topic]
+    found = describe(bootstrap, names, timeout=args.timeout, security=security)
+    for topic in found:
+        leaders = " ".join(str(leader) for leader in topic.leaders)
+        print(
+            f"{topic.name}: {plural(topic.partitions, 'partition')}, replication factor {topic.replication_factor}, "
+            f"leaders by partition: {leaders}"
+        )
+    missing = [name for name in names if name not in {topic.name for topic in found}]
+    for name in missing:
+        print(f"loopwarden: {missing_topic(name, bootstrap)}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def _produce(args: argparse.Namespace) -> int:
     from streams.kafka_clients import describe_error
     from streams.tools.produce import produce_file
@@ -195,7 +227,7 @@ def _tail(args: argparse.Namespace) -> int:
             bootstrap,
             topic,
             sys.stdout.buffer,
-            from_beginning=args.from_beginning,
+            start=args.start,
             max_records=args.max,
             timeout=args.timeout,
             idle=args.idle,
@@ -263,10 +295,46 @@ def _start_point(text: str) -> str:
     return text
 
 
+def _add_start(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    """--from, the one spelling of where a command starts reading, with the
+    older spellings --from-beginning and --since kept as its aliases."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--from",
+        dest="start",
+        type=_start_point,
+        default=default,
+        metavar="START",
+        help=f"where to start reading {what}: earliest, latest, a time (2026-05-01T10:00:00Z, epoch s/ms) "
+        f"or a duration ago (15m) (default {default})",
+    )
+    group.add_argument(
+        "--from-beginning", dest="start", action="store_const", const="earliest", help="the same as --from earliest"
+    )
+    group.add_argument("--since", dest="start", type=_start_point, metavar="START", help="the same as --from START")
+
+
+DESCRIPTION = (
+    "Stops AI agents from burning tokens in tool-call loops, fleet-wide: gateways publish their agents' tool "
+    "calls to Kafka, a stream processor answers each with a verdict (allow, warn, block, abort). "
+    "Try it with `loopwarden up --demo`; `loopwarden COMMAND --help` describes each command."
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopwarden")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopwarden", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="loopwarden", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    replay = commands.add_parser("replay", help="recompute verdicts for a JSON-lines event file, offline")
+    replay = add_command(commands, "replay", help="recompute verdicts for a JSON-lines event file, offline")
     replay.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
@@ -274,8 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from streams.fleet.settings import add_incident_options
 
-    incidents = commands.add_parser(
-        "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
+    incidents = add_command(
+        commands, "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
     )
     incidents.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     incidents.add_argument("--policy", help=POLICY_HELP)
@@ -295,13 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_connection_options,
         add_reach_options,
         add_security_options,
+        add_topic_names,
         add_topic_options,
         add_worker_options,
         duration,
         positive_int,
     )
 
-    worker = commands.add_parser("worker", help="run the stream processor (a Faust worker)")
+    worker = add_command(commands, "worker", help="run the stream processor (a Faust worker)")
     add_connection_options(worker, verbose=False)
     add_topic_options(worker)
     add_worker_options(worker)
@@ -309,16 +378,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     from streams.fleet.settings import add_fleet_options
 
-    fleet = commands.add_parser(
-        "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
+    fleet = add_command(
+        commands, "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
     )
     add_connection_options(fleet, verbose=False)
     add_fleet_options(fleet)
     fleet.set_defaults(run=_fleet)
 
-    topics = commands.add_parser("topics", help="manage the project's topics")
+    topics = add_command(commands, "topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    create = topic_commands.add_parser("create", help="create the events, decisions, dead-letter and incident topics")
+    create = add_command(topic_commands, "create", help="create the events, decisions, dead-letter and incident topics")
     add_connection_options(create)
     add_topic_options(create)
     create.add_argument(
@@ -331,8 +400,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
     create.set_defaults(run=_topics_create)
+    listing = add_command(topic_commands, "list", help="list the topics on the brokers with their partition counts")
+    add_connection_options(listing)
+    listing.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
+    listing.set_defaults(run=_topics_list)
+    describing = add_command(
+        topic_commands, "describe", help="partitions, replication factor and leaders of topics (default the project's)"
+    )
+    add_connection_options(describing)
+    describing.add_argument("names", nargs="*", metavar="TOPIC", help="topics to describe (default the project's four)")
+    add_topic_names(describing)
+    describing.add_argument(
+        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    )
+    describing.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
+    describing.set_defaults(run=_topics_describe)
 
-    produce = commands.add_parser("produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
+    produce = add_command(commands, "produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     produce.add_argument(
@@ -343,21 +427,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.set_defaults(run=_produce)
 
-    tail = commands.add_parser("tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
+    tail = add_command(commands, "tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
     add_connection_options(tail)
     tail.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     tail.add_argument("--deadletter-topic", default=DEADLETTER_TOPIC, help=f"default {DEADLETTER_TOPIC}")
     tail.add_argument("--topic", help="tail this topic instead")
     tail.add_argument("--deadletter", action="store_true", help="tail the dead-letter topic, with reasons")
-    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record, not the newest")
+    _add_start(tail, "latest", "the topic")
     tail.add_argument("--max", type=positive_int, help="stop after N records (exit 1 if fewer arrived)")
     tail.add_argument("--timeout", type=duration, help="stop after this long in all (e.g. 30s)")
     tail.add_argument("--idle", type=duration, help="stop after this long without a record")
     tail.add_argument("--dedupe", action="store_true", help="print each (run_id, seq) verdict once")
     tail.set_defaults(run=_tail)
 
-    up = commands.add_parser(
-        "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
+    up = add_command(
+        commands, "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
     )
     add_connection_options(up, verbose=False)
     add_topic_options(up)
@@ -384,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from streams.tools.broker import add_broker_commands
 
-    broker = commands.add_parser(
+    broker = add_command(
+        commands,
         "broker",
         help="install, start, stop or query the local single-node Kafka broker",
         description="Install, start, stop or query the local single-node Kafka broker. "
@@ -393,17 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)
 
-    audit = commands.add_parser(
-        "audit", help="recompute verdicts from the events topic and compare them with the published ones"
+    audit = add_command(
+        commands, "audit", help="recompute verdicts from the events topic and compare them with the published ones"
     )
     add_connection_options(audit)
-    start = audit.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true", help="read from the oldest event (the default)")
-    start.add_argument(
-        "--since",
-        metavar="TIMESTAMP",
-        help="read from this time: ISO 8601 (2025-05-01T10:00:00Z), epoch s/ms, or a duration ago (15m, 2h)",
-    )
+    _add_start(audit, "earliest", "the events topic")
     audit.add_argument("--run", dest="run_filter", metavar="RUN_ID", help="audit only this run")
     audit.add_argument("--config", help="config to recompute with (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     audit.add_argument("--policy", help=POLICY_HELP)
@@ -416,15 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--first-seq",
         type=int,
         default=0,
-        help="with --since: a run whose first event after the point has a higher seq started before it "
+        help="with --from a time: a run whose first event after the point has a higher seq started before it "
         "and is not compared (default 0; 1 for gateways that number runs from 1)",
     )
     audit.add_argument("--summary-only", action="store_true", help="do not list each mismatch")
     audit.add_argument("--json", action="store_true", help="print the report as one JSON document")
     audit.set_defaults(run=_audit)
 
-    explain = commands.add_parser("explain", help="show one run's timeline: hashes, detector counts, verdicts")
-    explain.add_argument("run_id", metavar="RUN_ID")
+    explain = add_command(commands, "explain", help="show one run's timeline: hashes, detector counts, verdicts")
+    explain.add_argument("run_id", metavar="RUN_ID", help="the run to show, as its events name it")
     source = explain.add_mutually_exclusive_group()
     source.add_argument("--events", metavar="FILE.jsonl", help="read events from a JSON-lines file (- for stdin)")
     source.add_argument(
@@ -441,8 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_security_options(explain)
     explain.set_defaults(run=_explain)
 
-    dashboard = commands.add_parser(
-        "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"
+    dashboard = add_command(
+        commands,
+        "dashboard",
+        help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight",
     )
     add_connection_options(dashboard)
     dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
@@ -452,13 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file holding the access token (16+ characters): browsers open /?token=TOKEN once, other clients"
         " send Authorization: Bearer TOKEN; default $LOOPWARDEN_DASHBOARD_TOKEN_FILE, else no token",
     )
-    dashboard.add_argument(
-        "--from",
-        dest="start",
-        type=_start_point,
-        default="1h",
-        help="where to start reading: earliest, latest, a time or a duration ago (default 1h)",
-    )
+    _add_start(dashboard, "1h", "the decision and incident topics")
     dashboard.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     dashboard.add_argument("--incidents-topic", default=INCIDENTS_TOPIC, help=f"default {INCIDENTS_TOPIC}")
     dashboard.add_argument(

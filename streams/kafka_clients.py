@@ -34,25 +34,32 @@ DEFAULT_MECHANISM: Mechanism = "SCRAM-SHA-512"
 
 
 class SecuritySetting(msgspec.Struct, frozen=True):
-    """One security setting: its field, environment variable and flag."""
+    """One security setting: its field, environment variable and flag; what
+    applies when neither is given (`fallback`, none when empty)."""
 
     field: str
     env: str
     flag: str
     help: str
+    fallback: str = ""
 
 
 #: The settings, in the order they are documented; every command that talks
 #: to Kafka takes each as a flag, and each flag wins over its variable.
 SETTINGS: tuple[SecuritySetting, ...] = (
     SecuritySetting(
-        "protocol", "LOOPWARDEN_SECURITY_PROTOCOL", "--security-protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+        "protocol",
+        "LOOPWARDEN_SECURITY_PROTOCOL",
+        "--security-protocol",
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        "PLAINTEXT",
     ),
     SecuritySetting(
         "sasl_mechanism",
         "LOOPWARDEN_SASL_MECHANISM",
         "--sasl-mechanism",
-        "SCRAM-SHA-512 (default), SCRAM-SHA-256 or PLAIN",
+        "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN",
+        DEFAULT_MECHANISM,
     ),
     SecuritySetting("sasl_username", "LOOPWARDEN_SASL_USERNAME", "--sasl-username", "SASL user name"),
     SecuritySetting(
@@ -62,7 +69,7 @@ SETTINGS: tuple[SecuritySetting, ...] = (
         "file holding the SASL password (never the password itself)",
     ),
     SecuritySetting(
-        "ssl_cafile", "LOOPWARDEN_SSL_CAFILE", "--ssl-cafile", "PEM CA bundle to trust (default: the system's)"
+        "ssl_cafile", "LOOPWARDEN_SSL_CAFILE", "--ssl-cafile", "PEM CA bundle to trust", "the system's CAs"
     ),
     SecuritySetting(
         "ssl_certfile", "LOOPWARDEN_SSL_CERTFILE", "--ssl-certfile", "PEM client certificate, for mutual TLS"

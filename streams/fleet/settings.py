@@ -153,7 +153,9 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
-    parser.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--loglevel", default="info", choices=("debug", "info", "warning", "error"), help="log level (default info)"
+    )
     parser.add_argument(
         "--web-port", type=port, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
     )

@@ -638,7 +638,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
     tally = Tally()
     config, policy = load_for_cli(args.config, args.policy, err)
     try:
-        since_ms = parse_since(args.since) if args.since else None
+        since_ms = None if args.start == "earliest" else parse_since("0s" if args.start == "latest" else args.start)
         with kafka_refusals():
             report = run_audit(
                 args.bootstrap,

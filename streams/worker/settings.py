@@ -196,7 +196,7 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
             setting.flag,
             dest=f"kafka_{setting.field}",
             metavar=setting.flag.removeprefix("--").split("-", 1)[1].upper().replace("-", "_"),
-            help=f"{setting.help} (default ${setting.env})",
+            help=f"{setting.help} (default ${setting.env}{', else ' + setting.fallback if setting.fallback else ''})",
         )
 
 
@@ -214,13 +214,20 @@ def security_from_args(args: argparse.Namespace) -> KafkaSecurity:
     return security_from({setting.field: getattr(args, f"kafka_{setting.field}", None) for setting in SETTINGS})
 
 
-def add_topic_options(parser: argparse.ArgumentParser) -> None:
+def add_topic_names(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--events-topic, --decisions-topic and --deadletter-topic, in a group of their own."""
     group = parser.add_argument_group("topics")
     group.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"input topic (default {EVENTS_TOPIC})")
     group.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"verdict topic (default {DECISIONS_TOPIC})")
     group.add_argument(
         "--deadletter-topic", default=DEADLETTER_TOPIC, help=f"refused events (default {DEADLETTER_TOPIC})"
     )
+    return group
+
+
+def add_topic_options(parser: argparse.ArgumentParser) -> None:
+    """The topic names and how the topics are created."""
+    group = add_topic_names(parser)
     group.add_argument(
         "--partitions",
         type=positive_int,

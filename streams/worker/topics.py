@@ -195,6 +195,47 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as `loopwarden topics describe` shows it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    leaders: tuple[int, ...]  # broker id per partition, -1 while it has none
+
+
+def list_topics(bootstrap: str, *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
+    """Every topic but Kafka's internal ones (`__consumer_offsets`, ...), by name, with its partition count."""
+    admin = _connected_admin(bootstrap, timeout, security)
+    try:
+        names = [name for name in admin.list_topics() if not name.startswith("__")]
+        return dict(sorted(partitions_of(admin, names, security).items()))
+    finally:
+        admin.close()
+
+
+def describe(
+    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+) -> list[TopicDescription]:
+    """The topics of `names` that exist, in that order, with their partitions' leaders."""
+    admin = _connected_admin(bootstrap, timeout, security)
+    try:
+        found = {}
+        for topic in admin.describe_topics(list(names)):
+            if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
+                raise TopicNotAuthorized(not_authorized(f"describe topic {topic['name']}", security))
+            parts = sorted(topic.get("partitions") or [], key=lambda part: part["partition_index"])
+            if topic.get("error_code", 0) == 0 and parts:
+                replicas = max(len(part["replica_nodes"]) for part in parts)
+                found[topic["name"]] = TopicDescription(
+                    topic["name"], len(parts), replicas, tuple(part["leader_id"] for part in parts)
+                )
+        return [found[name] for name in names if name in found]
+    finally:
+        admin.close()
+
+
 def describe_partitions(
     bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
