@@ -28,7 +28,7 @@ import msgspec
 from bench.pipeline.latency import tool_call, tool_result
 from schemas.codec import decode_event, decode_stored, encode_stored
 from schemas.config import FleetConfig
-from schemas.state import Abort, Record, RunState, StoredRun
+from schemas.state import Abort, Block, Latch, Record, RunState, StoredRun
 from streams.engine import apply
 
 
@@ -41,6 +41,7 @@ class DigestRecord(msgspec.Struct, array_like=True, gc=False):
     unknown_tool: str | None = None
     flags: int = 0
     failure_identity: str | None = None
+    turn: str | None = None
 
 
 class DigestTriple(msgspec.Struct, array_like=True, gc=False, frozen=True):
@@ -62,6 +63,9 @@ class DigestState(msgspec.Struct, kw_only=True):
     unfinished: dict[str, DigestRecord] = {}
     tool_calls: int = 0
     escalation: list[bool] = []
+    latches: list[Latch] = []
+    blocked_turns: dict[str, Block] = {}
+    first_blocked_turn: str | None = None
 
 
 class DigestStored(msgspec.Struct, array_like=True):
@@ -98,7 +102,7 @@ def to_hex(record: DigestRecord) -> tuple[str, str | None]:
 
 def as_digest_record(r: Record) -> DigestRecord:
     args, result = to_digests(r)
-    return DigestRecord(r.tool, args, r.call_id, r.kind, result, r.unknown_tool, r.flags, r.failure_identity)
+    return DigestRecord(r.tool, args, r.call_id, r.kind, result, r.unknown_tool, r.flags, r.failure_identity, r.turn)
 
 
 def as_digests(stored: StoredRun) -> DigestStored:
@@ -114,6 +118,9 @@ def as_digests(stored: StoredRun) -> DigestStored:
         unfinished={call: as_digest_record(r) for call, r in s.unfinished.items()},
         tool_calls=s.tool_calls,
         escalation=s.escalation,
+        latches=s.latches,
+        blocked_turns=s.blocked_turns,
+        first_blocked_turn=s.first_blocked_turn,
     )
     return DigestStored(stored.touched, state)
 

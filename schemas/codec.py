@@ -8,7 +8,7 @@ from itertools import accumulate
 
 import msgspec
 
-from schemas.events import EVENT_TYPES, Event
+from schemas.events import EVENT_TYPES, MAX_TURN_CHARS, Event
 from schemas.incidents import FingerprintTally, Incident
 from schemas.state import StoredRun
 from schemas.verdicts import Verdict
@@ -32,6 +32,7 @@ _verdict_decoder = msgspec.json.Decoder(Verdict)
 _stored_encoder = msgspec.msgpack.Encoder()
 _stored_decoder = msgspec.msgpack.Decoder(StoredRun)
 _BAD_TAG = re.compile(r"Invalid value '(.*)' - at `\$\.type`")
+_BAD_TURN = re.compile(r"^Expected `str`(?:, got `(?P<got>\w+)`| of length (?P<bound>[<>])= \d+) - at `\$\.turn`$")
 
 
 MAX_DEPTH = 256
@@ -138,6 +139,12 @@ def _refusal(exc: msgspec.ValidationError | msgspec.DecodeError, data: bytes) ->
             return BadEvent("unknown_type", f"unknown event type {bad_tag.group(1)!r} (expected one of {expected})")
         if "missing required field `type`" in text:
             return BadEvent("missing_type", f"missing field 'type' (expected one of {', '.join(EVENT_TYPES)})")
+        bad_turn = _BAD_TURN.match(text)
+        if bad_turn:
+            got = bad_turn["got"] or ("an empty string" if bad_turn["bound"] == ">" else "a longer string")
+            return BadEvent(
+                "invalid_turn", f"invalid event: turn: expected a string of 1 to {MAX_TURN_CHARS} characters, got {got}"
+            )
         return BadEvent("invalid", f"invalid event: {text}")
     return BadEvent("not_json", f"not a JSON event: {exc}")
 

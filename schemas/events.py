@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import UNSET, Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 MAX_ID_CHARS = 4096
 """Bound on every id and hash string, so one event cannot bloat a run's stored state."""
@@ -24,6 +24,15 @@ Seq = Annotated[
 Id = Annotated[str, Meta(max_length=MAX_ID_CHARS)]
 ToolName = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
 Timestamp = float | str | None
+MAX_TURN_CHARS = 256
+Turn = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_TURN_CHARS,
+        description="The model response (one assistant message) that made the call; calls of one turn are one batch.",
+    ),
+]
 OutcomeKind = Annotated[
     Literal["veto", "terminal_failure"],
     Meta(description="veto: the call was vetoed (no result_hash); terminal_failure: an exec that failed for good."),
@@ -44,10 +53,14 @@ class _CallEvent(_RunEvent, kw_only=True):
 
 
 class ToolCall(_CallEvent, tag="tool_call", kw_only=True):
-    """The model asks to run a tool; answered by exactly one verdict."""
+    """The model asks to run a tool; answered by exactly one verdict.
+
+    `turn` names the model response that made the call (spec §8.1): absent
+    means a batch of its own, and null is refused, as any non-string is."""
 
     agent_id: Id | None = None
     session_key: Id | None = None
+    turn: Turn | UnsetType = UNSET
 
 
 class ToolResult(_CallEvent, tag="tool_result", kw_only=True):

@@ -1,5 +1,5 @@
 """The policy file: loopwarden's own enforcement settings (shadow mode,
-escalation when blocks are ignored, a tool-call budget), kept apart from the
+recovery, escalation when blocks are ignored, a tool-call budget), kept apart from the
 gateway's config, which the gateway validates strictly itself.
 
 The blocks are the file as written (every field optional, so an agent's block
@@ -36,8 +36,13 @@ class BudgetBlock(Struct, forbid_unknown_fields=True, omit_defaults=True):
     maxToolCalls: NonNegative | UnsetType = UNSET
 
 
+class RecoveryBlock(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    enabled: bool | UnsetType = UNSET
+
+
 class AgentPolicyBlock(Struct, forbid_unknown_fields=True, omit_defaults=True):
     mode: Mode | UnsetType = UNSET
+    recovery: RecoveryBlock | UnsetType = UNSET
     escalation: EscalationBlock | UnsetType = UNSET
     budget: BudgetBlock | UnsetType = UNSET
 
@@ -52,6 +57,8 @@ class Policy(Struct, frozen=True, kw_only=True):
     """Resolved settings for one agent's runs (defaults filled)."""
 
     mode: Mode = "enforce"
+    recovery: bool = True
+    """A loop that comes back after its block ends the run (loop-detection spec §8.3)."""
     escalation: bool = False
     blocked_calls: int = 3
     window: int = 10
@@ -78,6 +85,8 @@ def _merge(base: Policy, block: AgentPolicyBlock, path: str) -> Policy:
     changes: dict[str, Any] = {}
     if block.mode is not UNSET:
         changes["mode"] = block.mode
+    if block.recovery is not UNSET and block.recovery.enabled is not UNSET:
+        changes["recovery"] = block.recovery.enabled
     escalation = block.escalation
     if escalation is not UNSET:
         for key, name in (("enabled", "escalation"), ("blockedCalls", "blocked_calls"), ("window", "window")):

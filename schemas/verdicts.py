@@ -20,10 +20,11 @@ DetectorName = Literal[
     "tool_call_budget",
     "blocks_ignored",
 ]
-AbortError = Literal["compaction_loop_persisted", "tool_call_budget", "blocks_ignored"]
+AbortError = Literal["compaction_loop_persisted", "tool_call_budget", "blocks_ignored", "loop_recovery_exhausted"]
 COMPACTION_LOOP_PERSISTED: Literal["compaction_loop_persisted"] = "compaction_loop_persisted"
 TOOL_CALL_BUDGET: Literal["tool_call_budget"] = "tool_call_budget"
 BLOCKS_IGNORED: Literal["blocks_ignored"] = "blocks_ignored"
+LOOP_RECOVERY_EXHAUSTED: Literal["loop_recovery_exhausted"] = "loop_recovery_exhausted"
 
 
 class Verdict(Struct, kw_only=True):

@@ -17,7 +17,7 @@ from typing import Any
 from msgspec import UNSET
 
 from schemas.config import FleetConfig
-from schemas.policy import FleetPolicy
+from schemas.policy import FleetPolicy, parse_policy
 from schemas.state import RunState, StoredRun
 from schemas.codec import decode_event, decode_stored, encode_stored, encode_verdict
 from schemas.verdicts import Verdict
@@ -91,6 +91,7 @@ def call(
     call_id: str | None = None,
     agent: Any = _MISSING,
     args_hash: Any = _MISSING,
+    turn: Any = _MISSING,
 ) -> Any:
     return _event(
         "tool_call",
@@ -101,6 +102,7 @@ def call(
         args=args,
         agent_id=agent,
         args_hash=args_hash,
+        turn=turn,
     )
 
 
@@ -170,6 +172,10 @@ LOW = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "globalCi
 
 def low(**overrides: Any) -> FleetConfig:
     return fleet(**{**LOW, **overrides})
+
+
+NO_RECOVERY = parse_policy({"recovery": {"enabled": False}})
+"""The detector-level behaviour (spec §1–7 with §8.1 and §8.2): a loop that comes back after its block is blocked again, the run goes on."""
 
 
 # --- a driver that keeps per-run state and seq ---

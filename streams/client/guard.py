@@ -45,12 +45,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET
 
-from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult
+from schemas.events import MAX_TURN_CHARS, Compaction, Event, RunEnd, ToolCall, ToolResult
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from streams import kafka_clients
@@ -387,20 +388,27 @@ class GuardClient:
         agent_id: str | None = None,
         session_key: str | None = None,
         args_hash: str | None = None,
+        turn: str | None = None,
     ) -> Call:
         """Publish a tool call; returns the `Call` to pass to `check` and `tool_result`.
 
         `args` may be omitted (hashed as "no args"); `args_hash` lets a
         gateway that already hashes pass its own. `agent_id` picks the
-        per-agent config; the run keeps the first one it is given."""
+        per-agent config; the run keeps the first one it is given. `turn`
+        names the model response that made the call: publish all calls of a
+        turn, then `check_turn` them together (spec §8.1)."""
         if not tool_name:
             raise ValueError("tool_name must be a non-empty string")
+        if turn is not None and not 1 <= len(turn) <= MAX_TURN_CHARS:
+            raise ValueError(f"turn must be a string of 1 to {MAX_TURN_CHARS} characters, got {len(turn)}")
         call_id = tool_call_id or f"lw-{self._prefix}-{next(self._call_ids)}"
         norm_args = normalize_payload(args) if args is not UNSET else UNSET
         kind = classify(tool_name, norm_args)
         event = _ToolCall(
             run_id=run_id, seq=0, tool_call_id=call_id, tool_name=tool_name, agent_id=agent_id, session_key=session_key
         )
+        if turn is not None:
+            event.turn = turn
         if self.local_hashing:
             fields = local_call_fields(tool_name, norm_args)
             args_hash = event.args_hash = args_hash or fields["args_hash"]
@@ -437,6 +445,18 @@ class GuardClient:
         if reason.startswith("timeout"):
             self.stats["timeouts"] += 1
         return self._fallback(call, reason, limit)
+
+    def check_turn(self, calls: Sequence[Call], timeout: float | None = None) -> list[ClientVerdict]:
+        """The verdicts of one turn's calls, waiting at most `timeout` for all of them.
+
+        A gateway runs the turn only when every verdict allows its call, and
+        otherwise runs none and reports each call's `tool_result` as a veto
+        (`{"details": {"status": "blocked", "deniedReason": "tool-loop"}}`):
+        that is the reference gateway's "the first critical loop blocks the
+        whole batch" (spec §8.1)."""
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        return [self.check(call, max(0.0, deadline - time.monotonic())) for call in calls]
 
     def guard(self, run_id: str, tool_name: str, args: Any = UNSET, **kwargs: Any) -> tuple[Call, ClientVerdict]:
         """`tool_call` and `check` in one step: returns (call, verdict)."""

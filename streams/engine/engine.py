@@ -8,18 +8,41 @@ processor does anyway.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgspec
-from msgspec import UNSET, Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.events import Event, RunEnd, ToolCall, ToolResult
 from schemas.policy import FleetPolicy, Policy
-from schemas.state import MAX_UNFINISHED, NO_PROGRESS, TERMINAL_FAILURE, VETO, Abort, Record, RunState, Triple
-from schemas.verdicts import BLOCKS_IGNORED, TOOL_CALL_BUDGET, Decision, ShadowDecision, Verdict
+from schemas.state import (
+    BLOCKED_RAN,
+    MAX_BLOCKED_TURNS,
+    MAX_LATCHES,
+    MAX_UNFINISHED,
+    NO_PROGRESS,
+    OWN_TURN,
+    TERMINAL_FAILURE,
+    VETO,
+    Abort,
+    Block,
+    Latch,
+    Record,
+    RunState,
+    Triple,
+)
+from schemas.verdicts import (
+    BLOCKS_IGNORED,
+    LOOP_RECOVERY_EXHAUSTED,
+    TOOL_CALL_BUDGET,
+    Decision,
+    DetectorName,
+    ShadowDecision,
+    Verdict,
+)
 from streams.engine import guard
-from streams.engine.detectors import detect
+from streams.engine.detectors import Detection, detect
 from streams.engine.hashing import (
     POLL_KINDS,
     VETO_OUTCOME,
@@ -96,10 +119,11 @@ def _abort_verdict(event: ToolCall | ToolResult, abort: Abort, shadow: bool = Fa
         tool_name=event.tool_name,
         decision="allow" if shadow else "abort",
         level="critical",
-        detector=abort.detector,
+        # Every error but a recovery's names its own detector; a recovery abort keeps its loop's.
+        detector=cast(DetectorName, abort.error) if abort.detector is None else abort.detector,
         count=abort.count,
         message=abort.message,
-        error=None if shadow else abort.detector,
+        error=None if shadow else abort.error,
         shadow_decision="abort" if shadow else None,
     )
 
@@ -148,16 +172,45 @@ def _keep_unfinished(unfinished: dict[str, Record], call_id: str, record: Record
 
 
 def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy | None) -> Verdict:
-    """Policy spec §2 in order: an aborted run, the budget, the detectors, escalation."""
+    """Policy spec §2 in order: an aborted run, the budget, the detectors (with
+    the turn rule and the latches), recovery, escalation. Without a policy
+    file, recovery alone applies: it is on by default."""
     if state.aborted is not None:
         return _abort_verdict(event, state.aborted)
     if pol is None:
-        return _detect(state, event, cfg, False)
+        verdict = _detect(state, event, cfg, False)
+        return _recover(state, event, verdict, False) if verdict.decision == "block" else verdict
     state.tool_calls += 1
     if state.tool_calls == pol.max_tool_calls + 1 and pol.max_tool_calls:
         return _over_budget(state, event, cfg, pol)
     verdict = _detect(state, event, cfg, pol.shadow)
-    return _escalate(state, event, verdict, pol) if pol.escalation else verdict
+    blocked = verdict.decision == "block" or verdict.shadow_decision == "block"
+    if blocked and pol.recovery:
+        verdict = _recover(state, event, verdict, pol.shadow)
+    return _escalate(state, event, verdict, pol, blocked) if pol.escalation else verdict
+
+
+def _recover(state: RunState, event: ToolCall, verdict: Verdict, shadow: bool) -> Verdict:
+    """Spec §8.3: a block in another turn than the run's first blocked one
+    means the loop came back after its block, and the run ends. In shadow
+    mode that is reported once, and this call's turn becomes the first."""
+    turn = call_turn(event) or OWN_TURN
+    first = state.first_blocked_turn
+    if first is None:
+        state.first_blocked_turn = turn
+        return verdict
+    if turn != OWN_TURN and turn == first:
+        return verdict
+    tool = event.tool_name
+    message = (
+        f"ABORTED (loop_recovery_exhausted): the {verdict.detector} loop on {tool} came back after it was "
+        f"blocked (count {verdict.count}), so the run is stopped. Report what was done and that the task is stuck."
+    )
+    if shadow:
+        state.first_blocked_turn = turn
+        return msgspec.structs.replace(verdict, shadow_decision="abort", message=message)
+    state.aborted = Abort(tool, verdict.count, message, LOOP_RECOVERY_EXHAUSTED, verdict.detector)
+    return msgspec.structs.replace(verdict, decision="abort", message=message, error=LOOP_RECOVERY_EXHAUSTED)
 
 
 def _over_budget(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy) -> Verdict:
@@ -173,24 +226,25 @@ def _over_budget(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol
         state.aborted = abort
         return _abort_verdict(event, abort)
     # It ran: recorded as an allowed call, and the run goes on to be judged by the detectors.
+    tool = event.tool_name
     _record(
         state,
         _seen(state),
-        Record(event.tool_name, call_signature(event), event.tool_call_id, classify(event.tool_name, event.args)),
+        _call_record(event, tool, call_signature(event), classify(tool, event.args)),
         cfg.history_size,
     )
     return _abort_verdict(event, abort, True)
 
 
-def _escalate(state: RunState, event: ToolCall, verdict: Verdict, pol: Policy) -> Verdict:
-    """Remember whether this judged call was blocked; abort when blocked calls
-    reach `blockedCalls` among the last `window`."""
-    blocked = verdict.decision == "block" or verdict.shadow_decision == "block"
+def _escalate(state: RunState, event: ToolCall, verdict: Verdict, pol: Policy, blocked: bool) -> Verdict:
+    """Remember whether this judged call was blocked (a call that recovery
+    aborted was); abort when blocked calls reach `blockedCalls` among the
+    last `window`, unless recovery already did."""
     memory = state.escalation
     memory.append(blocked)
     if len(memory) > pol.window:
         del memory[: len(memory) - pol.window]
-    if not blocked:
+    if not blocked or verdict.decision == "abort" or verdict.shadow_decision == "abort":
         return verdict
     count = memory.count(True)
     if count < pol.blocked_calls:
@@ -210,39 +264,78 @@ def _escalate(state: RunState, event: ToolCall, verdict: Verdict, pol: Policy) -
 
 
 def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: bool) -> Verdict:
-    """The rolling detectors (spec §4); in shadow mode a would-be block is
-    recorded as the allowed call it is, since the gateway runs it."""
+    """The rolling detectors (spec §4, §7), then the turn rule and the latches
+    (§8.1, §8.2) for a call they would allow or warn. In shadow mode a
+    would-be block is recorded as the allowed call it is, since the gateway
+    runs it."""
     tool = event.tool_name
-    args = event.args
     signature = call_signature(event)
-    kind = classify(tool, args)
+    kind = classify(tool, event.args)
+    turn = call_turn(event)
     history = state.history
     seen = _seen(state)
-    found = detect(history, tool, signature, kind in POLL_KINDS, cfg, seen) if cfg.rolling else None
-    decision: Decision
+    found: Detection | None = None
+    if cfg.rolling:
+        view = history if turn is None else projected(history, turn)
+        found = detect(view, tool, signature, kind in POLL_KINDS, cfg, seen)
+    if found is not None and found.level == "critical":
+        block = Block(tool, found.detector, found.count, found.warning_key, found.paired_tool_name)
+        message = found.message
+        _latch(state, block, signature, history)
+    else:
+        standing = standing_block(state, turn, tool, signature)
+        if standing is None:
+            _record(state, seen, _call_record(event, tool, signature, kind), cfg.history_size)
+            if found is None:  # the common case, answered at once
+                return Verdict(
+                    run_id=event.run_id,
+                    seq=event.seq,
+                    tool_call_id=event.tool_call_id,
+                    tool_name=tool,
+                    decision="allow",
+                )
+            return _warning(state, event, found, shadow)
+        block, message = standing
+    # Blocked: by the detectors, by the turn rule, or by a latch.
+    if turn is not None:
+        _remember_blocked_turn(state.blocked_turns, turn, block)
+    decision: Decision = "block"
     shadow_decision: ShadowDecision | None = None
-    if found is not None and found.level == "critical" and not shadow:
-        decision = "block"
+    if shadow:  # it runs, so it is an open call; its result releases no latch
+        decision, shadow_decision = "allow", "block"
+        record = _call_record(event, tool, signature, kind, BLOCKED_RAN)
+    else:
         # A veto record: it adds to the no-progress streak, so a run that keeps
         # trying a blocked call reaches the circuit breaker (spec §7.1).
-        _record(state, seen, Record(tool, signature, event.tool_call_id, kind, flags=VETO), cfg.history_size)
-    else:
-        _record(state, seen, Record(tool, signature, event.tool_call_id, kind), cfg.history_size)
-        if found is None:  # the common case, answered at once
-            return Verdict(
-                run_id=event.run_id, seq=event.seq, tool_call_id=event.tool_call_id, tool_name=tool, decision="allow"
-            )
-        if found.level == "critical":  # in shadow mode: it runs
-            decision, shadow_decision = "allow", "block"
-        else:
-            decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
-            if shadow and decision == "warn":
-                decision, shadow_decision = "allow", "warn"
+        record = Record(tool, signature, event.tool_call_id, kind, flags=VETO)
+    _record(state, seen, record, cfg.history_size)
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
         tool_call_id=event.tool_call_id,
         tool_name=tool,
+        decision=decision,
+        level="critical",
+        detector=block.detector,
+        count=block.count,
+        message=message,
+        warning_key=block.warning_key,
+        paired_tool_name=block.paired_tool_name,
+        shadow_decision=shadow_decision,
+    )
+
+
+def _warning(state: RunState, event: ToolCall, found: Detection, shadow: bool) -> Verdict:
+    """A warning, delivered only when its bucket rises (spec §4)."""
+    decision: Decision = "warn" if should_deliver(state.warning_buckets, found.warning_key, found.count) else "allow"
+    shadow_decision: ShadowDecision | None = None
+    if shadow and decision == "warn":
+        decision, shadow_decision = "allow", "warn"
+    return Verdict(
+        run_id=event.run_id,
+        seq=event.seq,
+        tool_call_id=event.tool_call_id,
+        tool_name=event.tool_name,
         decision=decision,
         level=found.level,
         detector=found.detector,
@@ -252,6 +345,77 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
         paired_tool_name=found.paired_tool_name,
         shadow_decision=shadow_decision,
     )
+
+
+def call_turn(event: ToolCall) -> str | None:
+    turn = event.turn
+    return None if isinstance(turn, UnsetType) else turn
+
+
+def _call_record(event: ToolCall, tool: str, signature: str, kind: int, flags: int = 0) -> Record:
+    """The record of a call that runs: open until its outcome, with its turn while it waits."""
+    return Record(tool, signature, event.tool_call_id, kind, flags=flags, turn=call_turn(event))
+
+
+def projected(history: list[Record], turn: str) -> list[Record]:
+    """The history as the detectors see a call of `turn`: the earlier calls of
+    the turn still waiting for their outcome count as vetoes (spec §8.1), as a
+    gateway projects a batch it admits. The records themselves stay open."""
+    view: list[Record] | None = None
+    for i, record in enumerate(history):
+        if record.turn == turn and record.result_hash is None and not record.flags & VETO:
+            if view is None:
+                view = list(history)
+            view[i] = Record(record.tool, record.args_hash, record.call_id, record.kind, flags=VETO)
+    return history if view is None else view
+
+
+def _latch(state: RunState, block: Block, signature: str, history: list[Record]) -> None:
+    """Keep the loop the detectors just blocked blocked (spec §8.2): a missing
+    tool by name, a ping-pong on both sides (the paired one is the run's
+    newest record), any other loop on this call's args. It replaces the latch
+    of the same warning key and becomes the newest."""
+    if block.detector == "unknown_tool_repeat":
+        latch = Latch(block, None)
+    elif block.detector == "ping_pong" and history:
+        newest = history[-1]
+        latch = Latch(block, signature, newest.tool, newest.args_hash)
+    else:
+        latch = Latch(block, signature)
+    latches = [kept for kept in state.latches if kept.block.warning_key != block.warning_key]
+    latches.append(latch)
+    state.latches = latches[-MAX_LATCHES:]
+
+
+def standing_block(state: RunState, turn: str | None, tool: str, signature: str) -> tuple[Block, str] | None:
+    """The block that stands for a call the detectors let through, and its
+    message: its turn's first block (spec §8.1), else the newest latch that
+    covers it (§8.2)."""
+    if turn is not None and state.blocked_turns:
+        block = state.blocked_turns.get(turn)
+        if block is not None:
+            return block, (
+                f"CRITICAL: another call of this turn ({block.tool}) was blocked as a {block.detector} loop "
+                f"(count {block.count}), so {tool} is blocked with it: no call of a blocked turn runs."
+            )
+    for latch in reversed(state.latches):
+        if latch.covers(tool, signature):
+            block = latch.block
+            return block, (
+                f"CRITICAL: the {block.detector} loop on {block.tool} is still blocked (count {block.count}): "
+                "nothing else has run since it was blocked. Do something different that makes progress, "
+                "or report the task as failed."
+            )
+    return None
+
+
+def _remember_blocked_turn(turns: dict[str, Block], turn: str, block: Block) -> None:
+    """A turn's first block stands for its later calls (oldest turns dropped beyond the bound)."""
+    if turn in turns:
+        return
+    turns[turn] = block
+    if len(turns) > MAX_BLOCKED_TURNS:
+        del turns[next(iter(turns))]
 
 
 def find_open_call(history: list[Record], call_id: str, tool: str, signature: str | None) -> Record | None:
@@ -344,12 +508,22 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig, sha
         return None
     if late:
         del state.unfinished[event.tool_call_id]
+    if (
+        state.latches
+        and result_hash is not None
+        and record is not None
+        and not vetoed
+        and not record.flags & BLOCKED_RAN
+    ):
+        # A call that was allowed ran to an outcome: the model did something else (spec §8.2).
+        state.latches = []
     append = late or record is None or vetoed
     if record is None:
         kind = result_kind(None, tool, event.args)
         record = Record(tool, signature or args_hash(tool, event.args), event.tool_call_id, kind)
     elif vetoed:  # the gateway ran a vetoed call after all: its result is a new record of that call
         record = Record(record.tool, record.args_hash, event.tool_call_id, record.kind)
+    record.turn = None  # it waits no more
     if result_hash is None:
         record.flags = VETO  # another guard's veto: the same trace as this engine's own
     else:

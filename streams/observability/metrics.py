@@ -109,6 +109,7 @@ class _PerEvent(Collector):
     def __init__(self) -> None:
         self.events: collections.Counter[str] = collections.Counter()
         self.verdicts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self.aborts: collections.Counter[str] = collections.Counter()
         self.duplicates = 0
         self.guard_armed = 0
 
@@ -128,6 +129,15 @@ class _PerEvent(Collector):
         for labels, n in self.verdicts.items():
             verdicts.add_metric(list(labels), n)
         yield verdicts
+        aborts = CounterMetricFamily(
+            "loopwarden_aborts",
+            "Abort verdicts published, by error: the guard's, the budget's, escalation's or recovery's "
+            "(loop_recovery_exhausted); each run's first and the calls answered by it after.",
+            labels=["error"],
+        )
+        for error, n in self.aborts.items():
+            aborts.add_metric([error], n)
+        yield aborts
         yield CounterMetricFamily(
             "loopwarden_duplicates", "Events dropped as duplicates (seq not above the run's last seq).", self.duplicates
         )
@@ -286,6 +296,8 @@ class WorkerMetrics(Metrics):
             counts.guard_armed += 1
         for verdict in outcome.verdicts:
             counts.verdicts[(verdict.decision, verdict.detector or "none", verdict.shadow_decision or "none")] += 1
+            if verdict.error is not None:
+                counts.aborts[verdict.error] += 1
 
     def deadletter(self, kind: str = "other") -> None:
         self.deadletters.labels(kind=kind).inc()

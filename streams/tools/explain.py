@@ -4,8 +4,10 @@ For every event of the run, in order: the call with short hashes, what each
 detector measured before the call was decided (no-progress streak, and for
 `exec` the one across args variants; unknown-tool streak, ping-pong count,
 argument churn, recent count and the veto records among it), the
-post-compaction guard's state, and the verdict with its reason. Events come from a JSON-lines
-file (`--events`) or from the events topic (`--bootstrap`); from the topic,
+post-compaction guard's state, and the verdict with its reason: which rule
+blocked a call (the detectors, its turn's first block, or a latch), a
+recovery that ended the run, and the latches a result released. Events come
+from a JSON-lines file (`--events`) or from the events topic (`--bootstrap`); from the topic,
 the verdicts that were really published are shown next to the recomputed
 ones.
 
@@ -41,8 +43,17 @@ from schemas.state import (
 )
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
-from streams.engine.detectors import Measures, measure
-from streams.engine.engine import call_signature, open_call, result_facts, result_kind, result_signature
+from streams.engine.detectors import Measures, detect, measure
+from streams.engine.engine import (
+    call_signature,
+    call_turn,
+    open_call,
+    projected,
+    result_facts,
+    result_kind,
+    result_signature,
+    standing_block,
+)
 from streams.engine.hashing import POLL_KINDS, classify
 from streams.engine.warnings import BUCKET_SIZE
 from streams.apply import apply_safely
@@ -99,6 +110,11 @@ class Step:
     policy: Policy | None = None
     tool_calls: int = 0
     escalation: list[bool] | None = None
+    turn: str | None = None
+    pending: int = 0
+    """Open calls of this call's turn, counted as vetoes when it was decided (spec §8.1)."""
+    latches: list[str] | None = None
+    """The warning keys of the run's latches after this event (spec §8.2)."""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -118,6 +134,9 @@ class Step:
             "mode": self.policy.mode if self.policy else None,
             "tool_calls": self.tool_calls if self.policy else None,
             "escalation": self.escalation,
+            "turn": self.turn,
+            "pending": self.pending,
+            "latches": self.latches,
             "note": self.note or None,
             "verdict": msgspec.to_builtins(self.verdict) if self.verdict else None,
         }
@@ -171,12 +190,20 @@ def explain(
             step.tool = event.tool_name
             step.call_id = event.tool_call_id
         duplicate = event.seq <= current.last_seq
+        latched = len(current.latches)
+        current_aborted = current.aborted is not None
+        first_blocked_turn = current.first_blocked_turn
+        why_blocked = ""
         if isinstance(event, ToolCall) and not duplicate:
             signature = call_signature(event)
             kind = classify(event.tool_name, event.args)
             step.args_hash = signature
             step.kind = KIND_NAMES.get(kind, "")
-            step.measures = measure(current.history, event.tool_name, signature, kind in POLL_KINDS)
+            step.turn = call_turn(event)
+            view = current.history if step.turn is None else projected(current.history, step.turn)
+            step.pending = sum(1 for seen, real in zip(view, current.history, strict=True) if seen is not real)
+            step.measures = measure(view, event.tool_name, signature, kind in POLL_KINDS)
+            why_blocked = _why_blocked(current, event, view, signature, kind in POLL_KINDS, cfg)
         elif isinstance(event, ToolResult) and not duplicate:
             signature = result_signature(event)
             record, late = open_call(current, event, signature)
@@ -225,8 +252,21 @@ def explain(
         elif isinstance(event, RunEnd):
             step.note = "run ended: history and guard freed"
         step.verdict = outcome.verdicts[0] if outcome.verdicts else None
-        if step.verdict is not None and step.verdict.decision == "block":
-            step.note = "blocked: recorded as a veto record (adds to this call's no-progress streak)"
+        if isinstance(event, ToolCall) and current_aborted and not outcome.duplicate:
+            step.note = "run already aborted: answered with its abort"
+        elif step.verdict is not None and step.verdict.decision == "block":
+            step.note = f"{why_blocked}; recorded as a veto record (adds to this call's no-progress streak)"
+        elif step.verdict is not None and _recovered(step.verdict):
+            first = "a call without a turn" if not first_blocked_turn else f"turn {first_blocked_turn}"
+            step.note = (
+                f"{why_blocked}, and the run's first block was in {first}: the loop came back after its block, "
+                "so recovery ends the run (loop_recovery_exhausted)"
+            )
+        elif step.verdict is not None and step.verdict.shadow_decision == "block":
+            step.note = f"{why_blocked} (shadow: it runs)"
+        if latched and not state.latches and isinstance(event, ToolResult):
+            step.note = f"a call that was allowed ran: {latched} latch{'es' * (latched > 1)} released"
+        step.latches = [latch.block.warning_key or "" for latch in state.latches]
         step.guard = _guard_text(state, cfg)
         step.history = len(state.history)
         if step.policy is not None:
@@ -239,6 +279,31 @@ def explain(
 # --------------------------------------------------------------------------
 # Sources
 # --------------------------------------------------------------------------
+
+
+def _why_blocked(
+    state: RunState, event: ToolCall, view: list[Any], signature: str, is_poll: bool, cfg: LoopDetectionConfig
+) -> str:
+    """Which rule would block this call, asked of the engine's own functions
+    before it is applied: the detectors (which then latch the loop), the
+    first block of its turn, or the newest latch that covers it."""
+    found = detect(view, event.tool_name, signature, is_poll, cfg, {r.args_hash for r in view}) if cfg.rolling else None
+    if found is not None and found.level == "critical":
+        return f"blocked by the detectors ({found.detector}): the loop is latched until a call that was allowed runs"
+    turn = call_turn(event)
+    standing = standing_block(state, turn, event.tool_name, signature)
+    if standing is None:
+        return ""
+    block = standing[0]
+    if turn is not None and turn in state.blocked_turns:
+        return f"blocked by the turn rule: turn {turn} already had a block ({block.tool}, {block.detector})"
+    return f"blocked by a latch: {block.detector} on {block.tool} (key {shorten_key(block.warning_key or '')})"
+
+
+def _recovered(verdict: Verdict) -> bool:
+    """A recovery's abort, or in shadow mode its report: the loop's detector, not a policy's."""
+    would_end = verdict.decision == "abort" or verdict.shadow_decision == "abort"
+    return would_end and verdict.detector not in ("compaction_loop_persisted", "tool_call_budget", "blocks_ignored")
 
 
 def events_from_file(path: str) -> Iterable[tuple[str, bytes]]:
@@ -360,7 +425,7 @@ def _policy_line(p: Policy) -> str:
     escalation = (
         f"escalation at {p.blocked_calls} blocked of the last {p.window} calls" if p.escalation else "escalation off"
     )
-    return f"mode {p.mode}; {budget}; {escalation}"
+    return f"mode {p.mode}; recovery {'on' if p.recovery else 'off'}; {budget}; {escalation}"
 
 
 def _policy_state(s: Step) -> str:
@@ -397,7 +462,7 @@ def format_timeline(
     lines = [
         f"run {run_id}: {len(steps)} events, agent {', '.join(sorted(agents)) or '(none: global config)'}",
         f"  config: {_config_line(steps[-1].config or first.config or LoopDetectionConfig())}",
-        f"  policy: {_policy_line(steps[-1].policy) if steps[-1].policy else 'none (enforce; no budget; no escalation)'}",
+        f"  policy: {_policy_line(steps[-1].policy) if steps[-1].policy else 'none (enforce; recovery on; no budget; no escalation)'}",
         "  measures (before each call): np = no-progress streak (=result, ~result: exec failing the same way",
         "  across args variants, =veto: vetoes alone), unk = unknown-tool streak, pp = ping-pong count (<>paired",
         "  tool, ! = no-progress evidence), churn = argument churn count/variants, rec = recent identical calls",
@@ -425,8 +490,11 @@ def format_timeline(
             f"{s.seq:>{seq_width}}  {s.type:<11} {tool:<16} {args:<8} {result:<{result_width}}"
             f" {measured:<{measures_width}} {s.guard:<10} {verdict}".rstrip()
         )
+        if s.turn is not None:
+            pending = f", {s.pending} open call{'s' * (s.pending != 1)} of it counted as vetoes" if s.pending else ""
+            lines.append(" " * 13 + f"turn {s.turn}{pending}")
         if s.note:
-            lines.append(" " * 13 + s.note)
+            lines.extend(wrap.wrap(s.note))
         if _policy_state(s):
             lines.append(" " * 13 + "policy: " + _policy_state(s))
         v = s.verdict
@@ -456,6 +524,8 @@ def format_timeline(
     calls = sum(1 for s in steps if s.type == "tool_call")
     lines.append("")
     lines.append(f"summary: {calls} calls, {warned} warned, {blocked} blocked" + (", run ABORTED" if aborted else ""))
+    if steps[-1].latches:
+        lines.append("latched at the end: " + ", ".join(shorten_key(key) for key in steps[-1].latches))
     shadow = collections.Counter(s.verdict.shadow_decision for s in steps if s.verdict and s.verdict.shadow_decision)
     if shadow:
         lines.append(

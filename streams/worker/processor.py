@@ -317,6 +317,7 @@ class Processor:
             detector=verdict.detector,
             count=verdict.count,
             warning_key=verdict.warning_key,
+            **({"error": verdict.error} if decision == "abort" else {}),
         )
 
     # -- timers ------------------------------------------------------------

@@ -172,6 +172,44 @@ def test_local_hashing_same_verdicts_and_no_payloads(broker, topics):
     assert minimal_args("process", {"action": "poll", "sessionId": "secret"}) == {"action": "poll"}
 
 
+def test_a_turn_is_checked_whole_and_a_loop_back_ends_the_run(broker, topics):
+    """Three identical failing reads per model response, published with their
+    turn and checked together; the gateway runs a turn only when all of it is
+    allowed, else reports every call as vetoed (spec §8.1). The turn after the
+    first blocked one is aborted by recovery (§8.3)."""
+    veto = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+    ran, turns = 0, []
+    with (
+        EmulatedWorker(broker.bootstrap, topics, TIGHT),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
+        for turn in ("m1", "m2", "m3", "m4"):
+            calls = [client.tool_call("run-turns", "read", {"path": "x"}, turn=turn) for _ in range(3)]
+            verdicts = client.check_turn(calls)
+            turns.append([v.decision for v in verdicts])
+            admitted = all(v.allowed for v in verdicts)
+            for call in calls:
+                client.tool_result(call, **({"error": "ENOENT"} if admitted else {"result": veto}))
+            ran += 3 * admitted
+            if client.aborted("run-turns") is not None:
+                break
+        aborted = client.aborted("run-turns")
+    assert turns == [["allow"] * 3, ["warn", "allow", "block"], ["abort"] * 3]
+    assert ran == 3 and aborted is not None and aborted.error == "loop_recovery_exhausted"
+    sent = [json.loads(value) for _, value in read_topic(broker.bootstrap, topics["events"])]
+    assert [e["turn"] for e in sent if e["type"] == "tool_call"] == ["m1"] * 3 + ["m2"] * 3 + ["m3"] * 3
+    assert all("turn" not in e for e in sent if e["type"] != "tool_call")
+
+
+@pytest.mark.parametrize("turn", ["", "t" * 257])
+def test_a_turn_out_of_bounds_is_refused_before_it_is_sent(turn: str) -> None:
+    client = GuardClient("127.0.0.1:1", timeout=0.1)
+    with pytest.raises(ValueError, match="turn must be a string of 1 to 256 characters"):
+        client.tool_call("r", "read", {"path": "x"}, turn=turn)
+
+
 def test_timeout_fail_open_and_fail_closed(broker, topics, caplog):
     """No worker answering: the policy decides and the verdict says so."""
     caplog.set_level(logging.WARNING, logger="loopwarden.client")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from builders import Driver, fleet, low
+from builders import NO_RECOVERY, Driver, fleet, low
 from schemas.state import KIND_PROCESS_POLL, Record
 from streams.engine.detectors import Streak, detect, no_progress_streak, ping_pong, unknown_tool_streak
 from streams.engine.hashing import args_hash, classify
@@ -286,7 +286,7 @@ def test_unknown_tool_and_breaker_not_switched_off_by_flags():
 
 
 def test_known_poll_through_engine_uses_classification():
-    d = Driver(low())
+    d = Driver(low(), NO_RECOVERY)
     poll = {"action": "poll", "sessionId": "s1"}
     res = {"details": {"status": "running", "aggregated": "..."}, "content": []}
     verdicts = [d.step("process", poll, res=res) for _ in range(7)]
@@ -308,7 +308,7 @@ def test_command_status_is_a_known_poll():
 
 
 def test_unknown_tool_through_engine():
-    d = Driver(low(unknownToolThreshold=3))
+    d = Driver(low(unknownToolThreshold=3), NO_RECOVERY)
     verdicts = [d.step("browse", {"url": str(i)}, err="Unknown tool: Browse") for i in range(5)]
     assert [v.decision for v in verdicts] == ["allow", "allow", "allow", "block", "block"]
     assert verdicts[3].detector == "unknown_tool_repeat"

@@ -10,7 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import Driver, call, compaction, expected_args_hash, fleet, low, restored, result, run_end, sha, stored
+from builders import (
+    NO_RECOVERY,
+    Driver,
+    call,
+    compaction,
+    expected_args_hash,
+    fleet,
+    low,
+    restored,
+    result,
+    run_end,
+    sha,
+    stored,
+)
 from schemas.config import FleetConfig
 from schemas.state import KIND_PROCESS_POLL, KIND_VOLATILE_SEND, MAX_UNFINISHED, VETO
 from schemas.codec import MAX_DEPTH, BadEvent, _too_deep, decode_event, encode_verdict
@@ -109,7 +122,7 @@ def test_rolling_detectors_off_unless_enabled_true(config):
 def test_every_call_is_recorded_a_blocked_one_as_a_veto():
     """Spec §7.1: a blocked call leaves a veto record (no result hash), which
     keeps the streak growing while the model keeps trying it."""
-    d = Driver(low())
+    d = Driver(low(), NO_RECOVERY)
     sizes = []
     for _ in range(8):
         v = d.call("exec", {"command": "ls"})
@@ -131,13 +144,17 @@ def test_every_call_is_recorded_a_blocked_one_as_a_veto():
 
 def test_block_lifts_only_when_the_result_changes():
     # a different result for the same call resets the no-progress streak
-    d = Driver(low(detectors={"pingPong": False}))
+    d = Driver(low(detectors={"pingPong": False}), NO_RECOVERY)
     for _ in range(5):
         d.step("exec", {"command": "ls"}, res=SAME)
     assert d.call("exec", {"command": "ls"}).decision == "block"
     d.step("exec", {"command": "other"}, res=SAME)
-    assert d.call("exec", {"command": "ls"}).decision == "block"  # other calls do not break it
+    blocked = d.call("exec", {"command": "ls"})
+    assert (blocked.decision, blocked.detector) == ("block", "generic_repeat")  # other calls do not break it
     d.feed(result("r1", d.next_seq("r1"), "exec", "fresh", args={"command": "ls"}, result=txt("new")))
+    # The latch (§8.2) holds until a call that was allowed runs: a result of a call never decided is not one.
+    assert d.call("exec", {"command": "ls"}).detector == "generic_repeat"
+    d.step("exec", {"command": "other"}, res=SAME)
     v = d.call("exec", {"command": "ls"})
     assert (v.decision, v.level, v.detector) == ("allow", "warning", "generic_repeat")
 
@@ -395,7 +412,7 @@ def test_result_without_outcome_changes_nothing():
 def test_veto_result_does_not_reset_streak_and_adds_to_it_once_confirmed():
     """Another guard's veto of the fifth call makes it a veto record: pending
     until the next identical outcome, which counts it (spec §7.2)."""
-    d = Driver(low())
+    d = Driver(low(), NO_RECOVERY)
     for _ in range(4):
         d.step("exec", {"c": 1}, res=SAME)
     d.call("exec", {"c": 1})  # fifth identical call, warned

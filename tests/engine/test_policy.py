@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from schemas.policy import FleetPolicy, parse_policy
 from schemas.state import VETO
-from tests.builders import Driver, call, compaction, low, result
+from tests.builders import NO_RECOVERY, Driver, call, compaction, low, result
 from streams.engine import apply
 
 ENOENT = {"content": [{"type": "text", "text": "ENOENT"}]}
@@ -80,7 +80,7 @@ def test_no_budget_at_zero() -> None:
 
 
 def test_escalation_aborts_when_blocked_calls_reach_blocked_calls() -> None:
-    d = Driver(low(), policy(escalation={"enabled": True, "blockedCalls": 2, "window": 4}))
+    d = Driver(low(), policy(recovery={"enabled": False}, escalation={"enabled": True, "blockedCalls": 2, "window": 4}))
     decisions = [same_call(d).decision for _ in range(6)]
     assert decisions == ["allow", "allow", "allow", "warn", "allow", "block"]
     assert d.state().escalation == [False, False, False, True]  # at most `window` entries
@@ -108,7 +108,7 @@ def test_escalation_counts_only_on_a_blocked_call() -> None:
 
 
 def test_escalation_disabled_keeps_no_memory() -> None:
-    d = Driver(low(), policy(escalation={"enabled": False}))
+    d = Driver(low(), policy(recovery={"enabled": False}, escalation={"enabled": False}))
     for _ in range(8):
         same_call(d)
     assert d.state().escalation == [] and d.state().aborted is None
@@ -116,7 +116,8 @@ def test_escalation_disabled_keeps_no_memory() -> None:
 
 def test_the_ping_pong_that_keeps_being_blocked_is_ended_by_blocks_ignored() -> None:
     """A model alternating two failing reads; when blocked, it calls the other
-    side again. Without escalation it is blocked until its own turn limit."""
+    side again. Without recovery or escalation it is blocked until its own
+    turn limit; recovery ends it at the first call after the block."""
 
     def story(d: Driver, turns: int) -> list[tuple[str, str | None]]:
         seen, side = [], 0
@@ -128,9 +129,11 @@ def test_the_ping_pong_that_keeps_being_blocked_is_ended_by_blocks_ignored() -> 
             side += 1
         return seen
 
-    plain = story(Driver(low()), 40)
+    plain = story(Driver(low(), NO_RECOVERY), 40)
     assert len(plain) == 40 and plain[-1][0] == "block"
-    ended = story(Driver(low(), policy(escalation={"enabled": True})), 40)
+    recovered = story(Driver(low()), 40)
+    assert recovered[-2:] == [("block", "ping_pong"), ("abort", "ping_pong")]
+    ended = story(Driver(low(), policy(recovery={"enabled": False}, escalation={"enabled": True})), 40)
     assert ended[-3:] == [("block", "ping_pong"), ("block", "ping_pong"), ("abort", "blocks_ignored")]
 
 
@@ -138,7 +141,7 @@ def test_the_ping_pong_that_keeps_being_blocked_is_ended_by_blocks_ignored() -> 
 
 
 def test_shadow_allows_everything_and_records_would_be_blocks_as_calls() -> None:
-    d = Driver(low(), policy(mode="shadow"))
+    d = Driver(low(), policy(mode="shadow", recovery={"enabled": False}))
     verdicts = [same_call(d) for _ in range(8)]
     assert {v.decision for v in verdicts} == {"allow"}
     assert [v.shadow_decision for v in verdicts] == [None, None, None, "warn", None, "block", "block", "block"]
@@ -147,7 +150,7 @@ def test_shadow_allows_everything_and_records_would_be_blocks_as_calls() -> None
 
 
 def test_shadow_reports_the_budget_once_and_judges_later_calls() -> None:
-    d = Driver(low(), policy(mode="shadow", budget={"maxToolCalls": 2}))
+    d = Driver(low(), policy(mode="shadow", recovery={"enabled": False}, budget={"maxToolCalls": 2}))
     verdicts = [same_call(d) for _ in range(7)]
     assert [(v.decision, v.shadow_decision, v.detector) for v in verdicts] == [
         ("allow", None, None),
@@ -162,7 +165,9 @@ def test_shadow_reports_the_budget_once_and_judges_later_calls() -> None:
 
 
 def test_shadow_reports_escalation_once_then_clears_the_memory() -> None:
-    d = Driver(low(), policy(mode="shadow", escalation={"enabled": True, "blockedCalls": 2}))
+    d = Driver(
+        low(), policy(mode="shadow", recovery={"enabled": False}, escalation={"enabled": True, "blockedCalls": 2})
+    )
     verdicts = [same_call(d) for _ in range(9)]
     assert [v.shadow_decision for v in verdicts[5:]] == ["block", "abort", "block", "abort"]
     assert verdicts[6].detector == "blocks_ignored" and verdicts[6].count == 2

@@ -14,7 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from builders import Driver, call, expected_args_hash, fleet, low, restored, result, sha, stored, text_result
+from builders import (
+    NO_RECOVERY,
+    Driver,
+    call,
+    expected_args_hash,
+    fleet,
+    low,
+    restored,
+    result,
+    sha,
+    stored,
+    text_result,
+)
 from schemas.state import NO_PROGRESS, TERMINAL_FAILURE, VETO, Record, RunState
 from streams.engine import apply
 from streams.engine.detectors import (
@@ -277,7 +289,7 @@ def test_results_of_blocked_calls_without_args_leave_the_run_where_results_with_
     exactly as with results that name their args (spec §6)."""
     runs = []
     for with_args in (True, False):
-        d = Driver(low())
+        d = Driver(low(), NO_RECOVERY)
         decisions = []
         for _ in range(12):
             decisions.append(d.call("exec", {"c": 1}).decision)
@@ -343,7 +355,7 @@ def test_a_veto_only_streak_reaches_the_breaker():
 
 
 def test_the_engines_own_vetoes_take_a_blocked_repeat_to_the_breaker():
-    d = Driver(low())
+    d = Driver(low(), NO_RECOVERY)
     verdicts = looping(d, 12)
     assert [(v.decision, v.detector, v.count) for v in verdicts[5:]] == (
         [("block", "generic_repeat", 5), ("block", "generic_repeat", 6)]
@@ -371,7 +383,7 @@ def test_exec_walk_stops_at_other_tools_and_outcomes_and_counts_vetoes():
 
 
 def test_exec_failing_the_same_way_across_flags_is_blocked():
-    d = Driver(low(detectors={"pingPong": False}))
+    d = Driver(low(detectors={"pingPong": False}), NO_RECOVERY)
     verdicts = [
         d.step("exec", {"command": f"pytest -x --maxfail={i}"}, res=exec_failure(f"FAILED in {i}.{i}s (pid {100 + i})"))
         for i in range(7)
@@ -440,7 +452,7 @@ def test_churn_counts_only_stable_variants_of_one_outcome(steps):
 
 
 def test_churn_warns_after_row_7_before_row_8_and_never_blocks():
-    d = Driver(low(detectors={"pingPong": False}))
+    d = Driver(low(detectors={"pingPong": False}), NO_RECOVERY)
     for args in [{"old": "a"}] * 3 + [{"old": "b"}] * 3:
         d.step("edit", args, err="old_string not found in file")
     v = d.call("edit", {"old": "a"})
@@ -488,7 +500,7 @@ def first(verdicts: list[Any], decision: str) -> int | None:
 
 
 def test_story_blocked_call_kept_trying_reaches_the_breaker():
-    verdicts = looping(Driver(DEFAULTS), 40)
+    verdicts = looping(Driver(DEFAULTS, NO_RECOVERY), 40)
     assert first(verdicts, "block") == 21 and all(v.decision == "block" for v in verdicts[20:])
     assert [v.detector for v in verdicts[29:31]] == ["generic_repeat", "global_circuit_breaker"]
 
@@ -548,20 +560,20 @@ def test_story_external_content_with_a_fresh_marker_id_each_fetch():
 
 def test_ping_pong_of_two_failing_reads_stays_blocked():
     calls = [("read", {"path": "ab"[i % 2]}, {"err": "ENOENT: no such file"}) for i in range(40)]
-    verdicts = run_story(Driver(DEFAULTS), calls)
+    verdicts = run_story(Driver(DEFAULTS, NO_RECOVERY), calls)
     assert first(verdicts, "block") == 20 and all(v.decision == "block" for v in verdicts[19:])
     assert {v.detector for v in verdicts[19:]} == {"ping_pong"}
 
 
 def test_missing_tool_stays_blocked():
     calls = [("web_serch", {"q": i}, {"err": "Unknown tool: web_serch"}) for i in range(30)]
-    verdicts = run_story(Driver(DEFAULTS), calls)
+    verdicts = run_story(Driver(DEFAULTS, NO_RECOVERY), calls)
     assert first(verdicts, "block") == 11 and all(v.decision == "block" for v in verdicts[10:])
     assert {v.detector for v in verdicts[10:]} == {"unknown_tool_repeat"}
 
 
 def test_plain_repeat_stays_blocked():
-    verdicts = looping(Driver(DEFAULTS), 45, "read", {"path": "same"})
+    verdicts = looping(Driver(DEFAULTS, NO_RECOVERY), 45, "read", {"path": "same"})
     assert first(verdicts, "block") == 21 and all(v.decision == "block" for v in verdicts[20:])
 
 
@@ -589,7 +601,7 @@ def test_locally_hashed_results_give_the_same_verdicts_and_state():
             else:
                 events.append(result("r", 2 * seq + 1, tool, f"c{seq}", result=res, error=err))
             for event in events:
-                out = apply(state, event, low(unknownToolThreshold=4))
+                out = apply(state, event, low(unknownToolThreshold=4), NO_RECOVERY)
                 state, verdicts = out.state, verdicts + out.verdicts
         return verdicts, state
 

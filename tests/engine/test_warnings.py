@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from builders import Driver, expected_args_hash, low
+from builders import NO_RECOVERY, Driver, expected_args_hash, low
 from streams.engine.warnings import should_deliver
 
 
@@ -98,7 +98,7 @@ def test_different_patterns_warn_independently():
 
 
 def test_critical_is_always_delivered():
-    d = Driver(low())
+    d = Driver(low(), NO_RECOVERY)
     res = {"content": [{"type": "text", "text": "same"}]}
     verdicts = [d.step("read", {"p": 1}, res=res) for _ in range(8)]
     assert [v.decision for v in verdicts] == ["allow"] * 3 + ["warn", "allow", "block", "block", "block"]

@@ -110,6 +110,7 @@ def test_the_text_keeps_the_names_operators_scrape():
     for line in (
         "# TYPE loopwarden_events_total counter",
         "# TYPE loopwarden_verdicts_total counter",
+        "# TYPE loopwarden_aborts_total counter",
         "# TYPE loopwarden_deadletter_total counter",
         "# TYPE loopwarden_duplicates_total counter",
         "# TYPE loopwarden_guard_armed_total counter",
@@ -209,3 +210,16 @@ def test_the_standard_process_and_python_metrics_are_exported() -> None:
     names = {name for name, _ in scrape(WorkerMetrics())}
     assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"} <= names
     assert any(name.startswith("python_gc_") for name in names)
+
+
+def test_aborts_are_counted_by_error():
+    metrics = WorkerMetrics()
+    for error in ("loop_recovery_exhausted", "loop_recovery_exhausted", "compaction_loop_persisted"):
+        aborted = verdict("abort", "generic_repeat")
+        aborted.error = error
+        metrics.outcome("tool_call", Outcome(None, [aborted]))
+    metrics.outcome("tool_call", Outcome(None, [verdict("block", "generic_repeat")]))
+    values = scrape(metrics)
+    assert values[("loopwarden_aborts_total", (("error", "loop_recovery_exhausted"),))] == 2
+    assert values[("loopwarden_aborts_total", (("error", "compaction_loop_persisted"),))] == 1
+    assert sum(value for (name, _), value in values.items() if name == "loopwarden_aborts_total") == 3

@@ -11,11 +11,14 @@
 // recorded. A tool result is recorded with the arguments of its call. History and buckets are kept
 // per run, and run_end frees them.
 //
-// Each call is judged four times, on four copies of the run's state: by the package as published
+// Each call is judged five times, on five copies of the run's state: by the package as published
 // ("reference"), and by the package with spec section 7.4's rules applied to its own source: veto
 // records skipped in the unknown-tool streak ("unknownSkip"), in the ping-pong evidence
-// ("pingPongSkip"), and both ("spec"). The published module's source is patched at load time, so a
-// verdict that differs between "reference" and "spec" is caused by exactly those lines.
+// ("pingPongSkip"); by the package as published with spec section 8.2's latches kept around it
+// ("latch": a loop the module blocked stays blocked until a call it allowed runs to a real
+// outcome); and with all three ("spec"). The published module's source is patched at load time,
+// and the latches are kept here, beside the module, so a verdict that differs between "reference"
+// and "spec" is caused by exactly those lines.
 //
 // Trace events are what happened at the gateway. When "spec" blocks a call that the trace answers
 // with a real result, the harness answers it with the gateway's veto result instead (the tool never
@@ -108,7 +111,13 @@ async function loadDetectors(openclaw) {
   const scratch = mkdtempSync(join(tmpdir(), `${HARNESS}-`));
   const modes = {};
   try {
-    const variants = { reference: [], unknownSkip: ["unknownSkip"], pingPongSkip: ["pingPongSkip"], spec: ["unknownSkip", "pingPongSkip"] };
+    const variants = {
+      reference: [],
+      unknownSkip: ["unknownSkip"],
+      pingPongSkip: ["pingPongSkip"],
+      latch: [],
+      spec: ["unknownSkip", "pingPongSkip"],
+    };
     for (const [mode, rules] of Object.entries(variants)) {
       let url = pathToFileURL(source.path).href;
       if (rules.length) {
@@ -121,6 +130,8 @@ async function loadDetectors(openclaw) {
         detect: bound(module, aliases, "detectToolCallLoop", source.path),
         recordCall: bound(module, aliases, "recordToolCall", source.path),
         recordOutcome: bound(module, aliases, "recordToolCallOutcome", source.path),
+        hashCall: bound(module, aliases, "hashToolCall", source.path),
+        latches: mode === "latch" || mode === "spec",
       };
     }
   } finally {
@@ -175,9 +186,31 @@ function verdictOf(found, delivered) {
   };
 }
 
+/**
+ * Section 8.2: the latch a block by the module sets. It covers calls of the blocked tool with its
+ * args hash (any args of a missing tool) and, for a ping-pong, the run's newest record's side.
+ */
+function latchFor(found, tool, argsHash, history) {
+  const newest = history.at(-1);
+  const paired = found.detector === "ping_pong" && newest ? { tool: newest.toolName, argsHash: newest.argsHash } : null;
+  return {
+    verdict: { detector: found.detector, count: found.count, warningKey: found.warningKey ?? null, pairedToolName: found.pairedToolName ?? null },
+    tool,
+    argsHash: found.detector === "unknown_tool_repeat" ? null : argsHash,
+    paired,
+  };
+}
+
+function covers(latch, tool, argsHash) {
+  if (tool === latch.tool && (latch.argsHash === null || argsHash === latch.argsHash)) return true;
+  return latch.paired !== null && tool === latch.paired.tool && argsHash === latch.paired.argsHash;
+}
+
 class Run {
   constructor(modeNames) {
-    this.states = Object.fromEntries(modeNames.map((m) => [m, { toolCallHistory: [], buckets: new Map(), blocked: new Set() }]));
+    this.states = Object.fromEntries(
+      modeNames.map((m) => [m, { toolCallHistory: [], buckets: new Map(), blocked: new Set(), latches: [], finished: new Set() }]),
+    );
     this.calls = new Map(); // tool_call_id -> {tool, args}, the arguments a result is recorded with
     this.specBlocked = new Map(); // tool_call_id -> reason, for calls the "spec" mode vetoed
   }
@@ -208,8 +241,18 @@ function main(opts, detectors) {
     for (const mode of modeNames) {
       const d = detectors.modes[mode];
       const state = run.states[mode];
-      const found = d.detect(state, tool, args, CONFIG, { runId: event.run_id });
+      let found = d.detect(state, tool, args, CONFIG, { runId: event.run_id });
       let delivered = false;
+      const argsHash = d.latches ? d.hashCall(tool, args) : null;
+      if (found.stuck && found.level === "critical") {
+        if (d.latches) {
+          const latch = latchFor(found, tool, argsHash, state.toolCallHistory);
+          state.latches = state.latches.filter((kept) => kept.verdict.warningKey !== latch.verdict.warningKey).concat([latch]);
+        }
+      } else if (d.latches) {
+        const latch = state.latches.findLast((kept) => covers(kept, tool, argsHash));
+        if (latch) found = { stuck: true, level: "critical", ...latch.verdict, message: `still blocked (${latch.verdict.detector})` };
+      }
       if (found.stuck && found.level === "critical") {
         state.blocked.add(event.tool_call_id);
         d.recordOutcome(state, { toolName: tool, toolParams: args, toolCallId: event.tool_call_id, result: vetoResult(found.message), config: CONFIG, runId: event.run_id });
@@ -224,7 +267,7 @@ function main(opts, detectors) {
     const line = {
       run_id: event.run_id, seq: event.seq, tool_call_id: event.tool_call_id, tool_name: tool,
       ...reference,
-      modes: { spec: verdicts.spec, unknownSkip: verdicts.unknownSkip, pingPongSkip: verdicts.pingPongSkip },
+      modes: { spec: verdicts.spec, unknownSkip: verdicts.unknownSkip, pingPongSkip: verdicts.pingPongSkip, latch: verdicts.latch },
     };
     out.write(`${JSON.stringify(line)}\n`);
   };
@@ -239,9 +282,13 @@ function main(opts, detectors) {
     const call = run.calls.get(event.tool_call_id);
     const tool = event.tool_name;
     const args = "args" in event ? event.args : call && call.tool === tool ? call.args : undefined;
+    const veto = event.error === undefined && isLoopVeto(event.result);
     for (const mode of modeNames) {
       const state = run.states[mode];
-      if (state.blocked.has(event.tool_call_id) && event.error === undefined && isLoopVeto(event.result)) continue; // recorded when blocked
+      const allowedCall = call !== undefined && !state.blocked.has(event.tool_call_id) && !state.finished.has(event.tool_call_id);
+      if (allowedCall && !veto) state.latches = []; // a call this mode let run reached a real outcome
+      if (call !== undefined) state.finished.add(event.tool_call_id);
+      if (state.blocked.has(event.tool_call_id) && veto) continue; // recorded when blocked
       detectors.modes[mode].recordOutcome(state, {
         toolName: tool, toolParams: args, toolCallId: event.tool_call_id,
         result: event.result, error: event.error, config: CONFIG, runId: event.run_id,

@@ -3,11 +3,13 @@
 A seeded fleet trace (bench/fleet_trace.py) goes through `openclaw_harness.mjs`, which drives the
 detector module of the published `openclaw` package as the gateway does and writes the trace as the
 gateway would have lived it (its vetoes in place of the results of the calls it blocked); that
-realised trace then goes through `loopwarden replay` with the default config, rolling detectors on.
-Per tool call, loopwarden must give the reference's decision, detector and count. The one allowed
-difference is spec section 7.4: where loopwarden is stricter, the harness must show that the
-reference's own module, with one of the two 7.4 rules applied to its source (or only both together),
-gives loopwarden's verdict on the same history. Everything else is a divergence.
+realised trace then goes through `loopwarden replay` with the default config, rolling detectors on,
+and recovery off (spec section 8.3 ends runs where the module's runner, not its detector, would).
+Per tool call, loopwarden must give the reference's decision, detector and count. The allowed
+differences are spec sections 7.4 and 8.2: where loopwarden is stricter, the harness must show that
+the reference's own module, with one of the two 7.4 rules applied to its source or with 8.2's
+latches kept around it (or only with them together), gives loopwarden's verdict on the same history.
+Everything else is a divergence.
 
     python tests/reference/refdiff.py --seeds 1-5 --runs 300 --events 20000 [--keep DIR] [--json F [--shrink]]
 """
@@ -31,6 +33,8 @@ HARNESS = Path(__file__).with_name("openclaw_harness.mjs")
 NODE_SCRIPTS = ROOT / "infra" / "node"
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 """The current gateway exposes only `enabled`; its thresholds are the defaults."""
+POLICY = {"recovery": {"enabled": False}}
+"""The detector's behaviour with section 8's turns and latches, without the runner's recovery."""
 
 MIX = {
     "healthy": 0.25,
@@ -51,7 +55,11 @@ MIX = {
 COMPARED = ("decision", "detector", "count")
 VARIANTS = ("raw", "precomputed")
 """loopwarden reads the realised trace with its payloads, and hashed at the gateway (spec 7.5)."""
-RULES = {"unknownSkip": "unknown_tool_streak_skips_vetoes", "pingPongSkip": "ping_pong_evidence_skips_vetoes"}
+RULES = {
+    "unknownSkip": "unknown_tool_streak_skips_vetoes",
+    "pingPongSkip": "ping_pong_evidence_skips_vetoes",
+    "latch": "latch_holds_until_another_call_runs",
+}
 _SEVERITY = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 
 
@@ -115,7 +123,7 @@ class Result:
 
 
 def _rule_of(ref: dict[str, Any], lw: dict[str, Any], ruled_keys: set[tuple[str, str]]) -> str | None:
-    """Which 7.4 rule, applied alone to the reference's source, turns its verdict into loopwarden's.
+    """Which rule (7.4's two, 8.2's latches), applied alone to the reference, turns its verdict into loopwarden's.
 
     A detection that is the same under the rules and only delivered differently (warn or a quiet
     allow) counts when a rule changed an earlier verdict of this run under the same warning key:
@@ -129,7 +137,7 @@ def _rule_of(ref: dict[str, Any], lw: dict[str, Any], ruled_keys: set[tuple[str,
     for mode, rule in RULES.items():
         if _key(ref["modes"][mode]) == _key(lw):
             return rule
-    return "both_rules"
+    return "rules_together"
 
 
 def compare(
@@ -171,7 +179,7 @@ def compare(
                 "tool_name": ref["tool_name"],
                 "class": (scenario, _label(ref), _label(lw), "spec:" + _label(ref["modes"]["spec"])),
                 "openclaw": _brief(ref),
-                "openclaw_with_7.4": _brief(ref["modes"]["spec"]),
+                "openclaw_with_7.4_and_8.2": _brief(ref["modes"]["spec"]),
                 "loopwarden": _brief(lw),
             }
         )
@@ -233,6 +241,8 @@ def judge(
     realised = workdir / f"realised-{seed}.jsonl"
     config = workdir / "config.json"
     config.write_text(json.dumps(CONFIG))
+    policy = workdir / "policy.json"
+    policy.write_text(json.dumps(POLICY))
     harness = _run(
         f"openclaw harness, seed {seed}",
         [ref.node, str(HARNESS), "--openclaw", str(ref.openclaw), "--realised", str(realised), str(trace)],
@@ -254,7 +264,17 @@ def judge(
             continue
         replay = _run(
             f"loopwarden replay, seed {seed} {variant}",
-            [sys.executable, "-m", "streams.cli", "replay", "--config", str(config), str(events_file)],
+            [
+                sys.executable,
+                "-m",
+                "streams.cli",
+                "replay",
+                "--config",
+                str(config),
+                "--policy",
+                str(policy),
+                str(events_file),
+            ],
             cwd=loopwarden,
         )
         (workdir / f"loopwarden-{seed}-{variant}.jsonl").write_bytes(replay.stdout)
@@ -349,10 +369,10 @@ def summary(results: list[Result]) -> str:
         out.append(
             f"{variant}, seeds {', '.join(str(r.seed) for r in mine)}: {sum(r.verdicts for r in mine)} tool-call verdicts, "
             f"{sum(r.agreed for r in mine)} identical, {sum(r.aborts for r in mine)} post-compaction aborts (not in the module), "
-            f"{sum(sum(r.by_rule.values()) for r in mine)} stricter by spec 7.4, {sum(len(r.divergences) for r in mine)} divergent"
+            f"{sum(sum(r.by_rule.values()) for r in mine)} stricter by spec 7.4 or 8.2, {sum(len(r.divergences) for r in mine)} divergent"
         )
         rules: Counter[str] = sum((r.by_rule for r in mine), start=Counter())
-        out += [f"  7.4 {rule}: {n}" for rule, n in sorted(rules.items())]
+        out += [f"  {rule}: {n}" for rule, n in sorted(rules.items())]
         classes = Counter(d["class"] for r in mine for d in r.divergences)
         first = {}
         for d in (d for r in mine for d in r.divergences):

@@ -42,9 +42,12 @@ def _agree(reference: refdiff.Reference, workdir: Path, seeds: range, runs: int,
     shown = "\n".join(json.dumps({**d, "reproducer": refdiff.reproducer(workdir, d)[-12:]}) for d in divergences[:5])
     assert not divergences, f"{refdiff.summary(results)}\nfirst divergences (last 12 events of each run):\n{shown}"
     rules = sum((r.by_rule for r in results), start=refdiff.Counter())
-    assert rules["unknown_tool_streak_skips_vetoes"] and rules["ping_pong_evidence_skips_vetoes"], refdiff.summary(
-        results
+    ruled = (
+        "unknown_tool_streak_skips_vetoes",
+        "ping_pong_evidence_skips_vetoes",
+        "latch_holds_until_another_call_runs",
     )
+    assert all(rules[rule] for rule in ruled), refdiff.summary(results)
 
 
 def test_replay_decides_as_the_gateway_detector(reference: refdiff.Reference, tmp_path: Path) -> None:
@@ -67,6 +70,7 @@ def _line(seq: int, reference: dict, **modes: dict) -> dict:
         "spec": spec,
         "unknownSkip": modes.get("unknownSkip", reference),
         "pingPongSkip": modes.get("pingPongSkip", reference),
+        "latch": modes.get("latch", reference),
     }
     return {"run_id": "run-x-00000", "seq": seq, "tool_name": "t", **reference, "modes": rest}
 
@@ -86,6 +90,17 @@ def test_a_stricter_verdict_counts_only_when_one_rule_gives_it() -> None:
     result = refdiff.compare(7, lambda _: "unknown_tool", [ruled, unruled, wrong_count], mine)
     assert result.by_rule == {"unknown_tool_streak_skips_vetoes": 1}
     assert [d["seq"] for d in result.divergences] == [2, 3]
+
+
+def test_a_latch_block_counts_only_where_the_latched_module_gives_it() -> None:
+    block = _verdict("block", "generic_repeat", 20, "generic:t:a:r")
+    warned = _verdict("allow", "generic_repeat", 12, "generic:t:a")
+    latched = _line(1, warned, spec=block, latch=block)
+    unlatched = _line(2, warned)  # no latch in the module's run: loopwarden's block is its own
+    mine = [{"run_id": "run-x-00000", "seq": n, **block} for n in (1, 2)]
+    result = refdiff.compare(7, lambda _: "stuck_retry", [latched, unlatched], mine)
+    assert result.by_rule == {"latch_holds_until_another_call_runs": 1}
+    assert [d["seq"] for d in result.divergences] == [2]
 
 
 def test_a_bucket_difference_counts_only_after_a_rule_changed_that_key() -> None:

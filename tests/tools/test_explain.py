@@ -131,7 +131,56 @@ def test_ping_pong_count_and_evidence():
     # the blocked call is a veto record in the tail: the alternation goes on, still
     # with no-progress evidence (the veto is no evidence either way: spec §7.4)
     assert calls[5].measures.ping_pong == 6 and calls[5].measures.ping_pong_no_progress
-    assert calls[5].verdict.decision == "block"
+    # ... and the loop, back after its block, ends the run (spec §8.3)
+    assert (calls[5].verdict.decision, calls[5].verdict.error) == ("abort", "loop_recovery_exhausted")
+    assert calls[4].note.startswith("blocked by the detectors (ping_pong): the loop is latched")
+    assert "the loop came back after its block, so recovery ends the run" in calls[5].note
+    assert calls[6].note == "run already aborted: answered with its abort"
+
+
+def test_turns_latches_and_their_release_are_named():
+    """A turn's open calls counted as vetoes, the turn rule, a latch, and the
+    result that releases it, each on its step (spec §8), with recovery off."""
+    from schemas.policy import parse_policy
+
+    def call(seq, tool, path, turn):
+        return {
+            "type": "tool_call",
+            "run_id": "t",
+            "seq": seq,
+            "tool_call_id": f"c{seq}",
+            "tool_name": tool,
+            "args": {"p": path},
+            "turn": turn,
+        }
+
+    def result(seq, call_seq, tool, text):
+        return {
+            "type": "tool_result",
+            "run_id": "t",
+            "seq": seq,
+            "tool_call_id": f"c{call_seq}",
+            "tool_name": tool,
+            "result": {"content": [{"type": "text", "text": text}]},
+        }
+
+    events = []
+    for n in range(4):
+        events += [call(2 * n, "read", "a", f"m{n}"), result(2 * n + 1, 2 * n, "read", "same")]
+    events += [call(8, "read", "a", "T"), call(9, "read", "a", "T"), call(10, "write", "b", "T")]
+    events += [call(11, "read", "a", "U"), call(12, "ls", "c", "V"), result(13, 12, "ls", "files")]
+    steps, refused = explain(lines(events), "t", TIGHT, parse_policy({"recovery": {"enabled": False}}))
+    assert refused == []
+    by_seq = {s.seq: s for s in steps}
+    assert (by_seq[9].turn, by_seq[9].pending, by_seq[9].verdict.decision) == ("T", 1, "block")
+    assert by_seq[9].note.startswith("blocked by the detectors (generic_repeat)")
+    assert by_seq[10].note.startswith("blocked by the turn rule: turn T already had a block (read, generic_repeat)")
+    assert by_seq[11].note.startswith("blocked by a latch: generic_repeat on read")
+    assert by_seq[12].verdict.decision == "allow" and by_seq[12].latches == [by_seq[9].verdict.warning_key]
+    assert by_seq[13].note == "a call that was allowed ran: 1 latch released" and by_seq[13].latches == []
+    text = format_timeline(steps, "t", refused)
+    assert "turn T, 1 open call of it counted as vetoes" in text
+    assert "policy: mode enforce; recovery off; no budget; escalation off" in text
 
 
 def test_a_late_result_shows_the_call_it_completes():

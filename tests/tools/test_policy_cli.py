@@ -63,28 +63,32 @@ def test_a_bad_policy_exits_2_naming_the_file_and_path_before_reading_events(tmp
 
 
 def test_replay_ends_the_ping_pong_that_keeps_being_blocked(tmp_path: Path) -> None:
-    """Without escalation the ping-pong escapes its blocks and goes on until the
-    model's own turn limit; with it, `blocks_ignored` ends the run at the third block."""
+    """A gateway that runs even the blocked calls: recovery (on by default)
+    ends the run at the call after the block. Without recovery the latch keeps
+    the loop blocked, and escalation ends it at the third block."""
     config = write(tmp_path / "gateway.json", LOW)
     trace = tmp_path / "trace.jsonl"
     trace.write_text("\n".join(json.dumps(e) for e in ping_pong_story(20)) + "\n", encoding="utf-8")
     plain = verdicts(run_cli("--config", str(config), str(trace)).stdout)
-    decisions = [v["decision"] for v in plain]
-    assert [i for i, d in enumerate(decisions[:13]) if d == "block"] == [4, 8, 12]
-    assert "abort" not in decisions and decisions[5] == "allow"  # escaped
-    policy = write(tmp_path / "policy.json", {"escalation": {"enabled": True}})
+    assert [v["decision"] for v in plain[:6]] == ["allow", "allow", "warn", "allow", "block", "abort"]
+    assert {(v["decision"], v["error"]) for v in plain[5:]} == {("abort", "loop_recovery_exhausted")}
+    steady = write(tmp_path / "steady.json", {"recovery": {"enabled": False}})
+    kept = verdicts(run_cli("--config", str(config), "--policy", str(steady), str(trace)).stdout)
+    decisions = [v["decision"] for v in kept]
+    assert decisions[:5] == [v["decision"] for v in plain[:5]] and decisions[4:] == ["block"] * 16
+    policy = write(tmp_path / "policy.json", {"recovery": {"enabled": False}, "escalation": {"enabled": True}})
     done = run_cli("--config", str(config), "--policy", str(policy), str(trace))
     assert done.returncode == 0, done.stderr
     got = verdicts(done.stdout)
-    assert [v["decision"] for v in got[:12]] == decisions[:12]
-    ended = got[12]
+    assert [v["decision"] for v in got[:6]] == decisions[:6]
+    ended = got[6]
     assert (ended["detector"], ended["error"], ended["count"], ended["shadow_decision"]) == (
         "blocks_ignored",
         "blocks_ignored",
         3,
         None,
     )
-    assert {(v["decision"], v["detector"]) for v in got[12:]} == {("abort", "blocks_ignored")}
+    assert {(v["decision"], v["detector"]) for v in got[6:]} == {("abort", "blocks_ignored")}
     assert len(got) == 20  # one verdict per call: results of an ended run get none
 
 
@@ -94,6 +98,7 @@ def test_explain_shows_the_mode_the_budget_count_and_escalation_memory(tmp_path:
         tmp_path / "policy.json",
         {
             "mode": "shadow",
+            "recovery": {"enabled": False},
             "escalation": {"enabled": True, "blockedCalls": 2, "window": 4},
             "budget": {"maxToolCalls": 9},
         },
@@ -106,7 +111,7 @@ def test_explain_shows_the_mode_the_budget_count_and_escalation_memory(tmp_path:
     )
     assert explain_main(args, out, io.StringIO()) == 0
     text = out.getvalue()
-    assert "policy: mode shadow; budget 9 tool calls; escalation at 2 blocked of the last 4 calls" in text
+    assert "policy: mode shadow; recovery off; budget 9 tool calls; escalation at 2 blocked of the last 4 calls" in text
     assert "allow [shadow: BLOCK] ping_pong" in text
     assert "allow [shadow: ABORT] blocks_ignored" in text
     assert "allow [shadow: ABORT] tool_call_budget" in text

@@ -10,6 +10,9 @@ import pytest
 
 from builders import low, run_cli
 from schemas.codec import append_verdict, decode_event, encode_verdict
+from schemas.policy import parse_policy
+from stories import POLICY, section_8_trace
+from streams.engine.config import parse_config
 from streams.engine import apply
 from streams.tools.replay import replay
 
@@ -226,3 +229,28 @@ def test_config_correction_is_logged_naming_the_field(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "tools.loopDetection.criticalThreshold" in proc.stderr.decode()
     assert len(proc.stdout.splitlines()) == 1
+
+
+def test_the_stories_of_section_8_replay_as_the_engine_played_them(tmp_path):
+    """The table's rows, a long ping-pong and a released latch (tests/stories.py):
+    `replay` writes exactly the verdicts the engine gave while the stories were
+    played, and the runs end where the table says."""
+    config_document = {"tools": {"loopDetection": {"enabled": True}}}
+    config, policy = parse_config(config_document).config, parse_policy(POLICY)
+    lines, plays = section_8_trace(config, policy)
+    events = write(tmp_path, "events.jsonl", b"\n".join(lines).decode() + "\n")
+    config_path = write(tmp_path, "config.json", json.dumps(config_document))
+    policy_path = write(tmp_path, "policy.json", json.dumps(POLICY))
+    proc = run_cli("--config", str(config_path), "--policy", str(policy_path), str(events))
+    assert proc.returncode == 0, proc.stderr
+    written: dict[str, list[bytes]] = {}
+    for line in proc.stdout.splitlines():
+        written.setdefault(json.loads(line)["run_id"], []).append(line)
+    assert written == {run: [encode_verdict(v) for v in story.verdicts] for run, story in plays.items()}
+    ended = {run: story.verdicts[-1].error for run, story in plays.items()}
+    assert ended == {
+        **dict.fromkeys((f"row-{n}" for n in range(1, 6)), "loop_recovery_exhausted"),
+        "long-ping-pong": None,
+        "released": None,
+    }
+    assert plays["long-ping-pong"].decisions[19:] == ["block"] * 41

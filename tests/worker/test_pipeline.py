@@ -30,6 +30,10 @@ from helpers import (
     values,
     write_config,
 )
+import stories
+from schemas.codec import encode_verdict
+from schemas.configfile import load_config
+from schemas.policyfile import load_policy
 from streams.worker.settings import Topics
 from streams.worker.topics import ensure_topics
 
@@ -250,6 +254,8 @@ def test_malformed_events_are_dead_lettered(broker, tmp_path: Path) -> None:
         (json.dumps({**call, "seq": 2**70}).encode(), b"bad", "invalid"),
         (huge, b"big", "too_large"),
         (json.dumps({**call, "run_id": "other"}).encode(), b"bad", "key_mismatch"),
+        (json.dumps({**call, "turn": None}).encode(), b"bad", "invalid_turn"),
+        (json.dumps({**call, "turn": "t" * 257}).encode(), b"bad", "invalid_turn"),
     ]
     # Bad events between the valid ones: every valid event is still processed.
     stream: list[tuple[bytes, bytes | None]] = []
@@ -384,24 +390,57 @@ def test_spec7_loops_match_replay(broker, tmp_path: Path) -> None:
     """The loops of spec §7 (an exec retried with other flags, argument churn,
     unchanged writes, fresh untrusted-content ids, a blocked call retried) give
     through a worker exactly what replay gives, with the gateway's default
-    thresholds: veto records, the exec walk and argument_churn included."""
+    thresholds: veto records, the exec walk and argument_churn included.
+    Recovery is off, so that a blocked call retried reaches the breaker."""
     from bench.fleet_trace import generate_lines
 
     t = names("spec7")
     config = write_config(tmp_path, {"tools": {"loopDetection": {"enabled": True}}})
+    policy = _policy(tmp_path, "policy.json", {"recovery": {"enabled": False}})
     mix = dict.fromkeys(("exec_flags", "argument_churn", "unchanged_write", "untrusted_fetch", "stuck_retry"), 1.0)
     lines = [line.rstrip(b"\n") for line in generate_lines(runs=15, events=1500, seed=7, mix=mix)]
-    expected = reference(lines, config)
+    expected = reference(lines, config, policy)
     fired = {(v["decision"], v["detector"]) for v in map(json.loads, expected)}
     assert {("warn", "argument_churn"), ("block", "global_circuit_breaker"), ("block", "generic_repeat")} <= fired
     _topics(broker, t, 4)
     produce(broker.bootstrap, t["events"], lines)
-    with Worker(broker.bootstrap, t, tmp_path, "w1", config=config):
+    with Worker(broker.bootstrap, t, tmp_path, "w1", config=config, extra=["--policy", str(policy)]):
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
     _assert_same(values(records), expected)
 
 
-POLICY = {"escalation": {"enabled": True, "blockedCalls": 2, "window": 6}, "budget": {"maxToolCalls": 10}}
+def test_section8_stories_match_replay(broker, tmp_path: Path) -> None:
+    """Spec §8 through a worker: the table's rows end in loop_recovery_exhausted
+    at the turn after their first block, a ping-pong 60 calls long stays
+    blocked from its first block, a latch is released by another call that
+    runs, exactly as replay and the engine decide them."""
+    t = names("turns")
+    config = write_config(tmp_path, {"tools": {"loopDetection": {"enabled": True}}})
+    policy = _policy(tmp_path, "policy.json", stories.POLICY)
+    lines, plays = stories.section_8_trace(load_config(config).config, load_policy(policy))
+    expected = reference(lines, config, policy)
+    assert by_run(expected) == {run: [encode_verdict(v) for v in story.verdicts] for run, story in plays.items()}
+    _topics(broker, t, 3)
+    produce(broker.bootstrap, t["events"], lines)
+    with Worker(broker.bootstrap, t, tmp_path, "w1", config=config, partitions=3, extra=["--policy", str(policy)]):
+        records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
+    _assert_same(values(records), expected)
+    published = {run: [json.loads(line) for line in verdicts] for run, verdicts in by_run(values(records)).items()}
+    assert {published[f"row-{n}"][-1]["error"] for n in range(1, 6)} == {"loop_recovery_exhausted"}
+    assert [v["decision"] for v in published["long-ping-pong"][19:]] == ["block"] * 41
+    released = [v["decision"] for v in published["released"]]
+    assert released[19:22] == [
+        "block",
+        "allow",
+        "warn",
+    ]  # after the exec ran, the read is judged afresh: warned, not latched
+
+
+POLICY = {
+    "recovery": {"enabled": False},  # escalation would never see a second block: recovery ends the run first
+    "escalation": {"enabled": True, "blockedCalls": 2, "window": 6},
+    "budget": {"maxToolCalls": 10},
+}
 
 
 def _policy(directory: Path, name: str, document: dict) -> Path:

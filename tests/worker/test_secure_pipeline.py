@@ -90,7 +90,8 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
         first.stop(signal.SIGKILL)
     got = before + after
     assert all(v.fallback is None for v in got), again.log()[-3000:]
-    assert [v.decision for v in got] == ["allow", "allow", "allow", "warn", "allow", "block", "block", "block"]
+    # the loop, back after its block, ends the run (recovery, spec §8.3)
+    assert [v.decision for v in got] == ["allow", "allow", "allow", "warn", "allow", "block", "abort", "abort"]
     admin = secure_broker.security("admin")  # neither role may read the events topic
     events = keyed(secure_broker.bootstrap, EVENTS_TOPIC, b"secure-run", security=admin)
     expected = reference([line + b"\n" for line in events], config)
