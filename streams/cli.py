@@ -525,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard",
         help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight",
     )
-    add_connection_options(dashboard)
+    add_connection_options(dashboard, verbose=False, connect_timeout=False)  # a page waits for its brokers
     dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     dashboard.add_argument(

@@ -392,7 +392,11 @@ class KafkaUnreachable(CannotConnect):
 
 
 def check_connection(
-    bootstrap: str, security: KafkaSecurity = PLAINTEXT, timeout: float = DEFAULT_CONNECT_TIMEOUT
+    bootstrap: str,
+    security: KafkaSecurity = PLAINTEXT,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    *,
+    retry: bool = True,
 ) -> None:
     """Connect to the bootstrap servers as every client will (TCP, the TLS
     handshake, SASL authentication, one metadata request) and raise
@@ -401,14 +405,14 @@ def check_connection(
     broker may be starting). The clients themselves retry quietly for their
     whole bootstrap timeout and then only say that they could not bootstrap;
     a command runs this first so that the problem is named at start-up.
-    A timeout of 0 skips the check."""
+    A timeout of 0 skips the check; without `retry`, one round of tries ends it."""
     import asyncio
 
     if timeout <= 0:
         return
     loop = asyncio.new_event_loop()  # never the thread's loop: Faust makes its own later
     try:
-        loop.run_until_complete(_reach(bootstrap, security, timeout))
+        loop.run_until_complete(_reach(bootstrap, security, timeout, retry))
     finally:
         loop.close()
 
@@ -417,9 +421,9 @@ def check_connection(
 _RETRY_EVERY = 0.25
 
 
-async def _reach(bootstrap: str, security: KafkaSecurity, timeout: float) -> None:
+async def _reach(bootstrap: str, security: KafkaSecurity, timeout: float, retry: bool) -> None:
     """`_probe` each server in turn until one answers; KafkaUnreachable, with
-    the last reason, once `timeout` has passed."""
+    the last reason, once `timeout` has passed (without `retry`, after one round)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -435,7 +439,7 @@ async def _reach(bootstrap: str, security: KafkaSecurity, timeout: float) -> Non
                 reason = "no answer"
             except OSError as exc:
                 reason = socket_reason(exc)
-        if loop.time() + _RETRY_EVERY >= deadline:
+        if not retry or loop.time() + _RETRY_EVERY >= deadline:
             raise KafkaUnreachable(
                 f"cannot reach Kafka at {bootstrap}: {reason} (waited {timeout:g}s, --connect-timeout)"
             )

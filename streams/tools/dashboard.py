@@ -35,7 +35,7 @@ from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
-from streams.listen import CannotListen, cannot_listen
+from streams.listen import CannotListen, cannot_listen, check_free
 from streams.observability import logs
 from streams.tools import access
 
@@ -354,22 +354,34 @@ def _stop_signals() -> asyncio.Future[str]:
     return received
 
 
+def _check_refusal(bootstrap: str, security: KafkaSecurity) -> None:
+    """ConnectionRefused when the brokers refuse this client (TLS, SASL): the
+    page stops. Brokers that do not answer yet are no reason to stop: the
+    readers wait for them and say so (`follow`), however long that takes."""
+    try:
+        kafka_clients.check_connection(bootstrap, security, retry=False)
+    except kafka_clients.KafkaUnreachable:
+        pass
+
+
 def main(args: Any) -> int:
     """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_for_cli
-    from streams.worker.settings import connection_from_args
+    from streams.worker.settings import default_bootstrap, security_from_args
 
     logs.setup("info", "logfmt")
     config, policy = load_for_cli(args.config, args.policy, sys.stderr)
-    bootstrap, security = connection_from_args(args)
-    source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     token_file = args.token_file or os.environ.get(access.ENV)
     try:
         token = access.read_token(token_file) if token_file else None
     except access.BadToken as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)
         return 2
+    bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
+    source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     try:
+        check_free(args.host, args.port)  # named at once, before any broker is asked
+        _check_refusal(bootstrap, security)
         asyncio.run(serve(source, config, policy, args.host, args.port, token))
     except CannotListen as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)

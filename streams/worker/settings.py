@@ -155,28 +155,32 @@ def default_bootstrap(value: str | None = None) -> str:
     return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
-def add_connection_options(parser: argparse.ArgumentParser, *, verbose: bool = True) -> None:
-    """--bootstrap, --connect-timeout, the security flags and, for a command
-    that does not set up logs of its own (`verbose`), --verbose."""
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True
+) -> None:
+    """--bootstrap, the security flags, --connect-timeout unless the command
+    waits for the brokers however long they take (`connect_timeout`), and
+    --verbose for a command that does not set up logs of its own (`verbose`)."""
     parser.add_argument(
         "--bootstrap",
         metavar="HOST:PORT",
         help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )
-    add_reach_options(parser, verbose=verbose)
+    add_reach_options(parser, verbose=verbose, connect_timeout=connect_timeout)
     add_security_options(parser)
 
 
-def add_reach_options(parser: argparse.ArgumentParser, *, verbose: bool = True) -> None:
+def add_reach_options(parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True) -> None:
     """How long a command waits for the brokers, and whether their client's own log lines are shown."""
-    parser.add_argument(
-        "--connect-timeout",
-        type=duration,
-        metavar="DURATION",
-        default=DEFAULT_CONNECT_TIMEOUT,
-        help="give up when no bootstrap server answers within this long; 0 leaves it to the Kafka client's own "
-        f"retries (default {format_duration(DEFAULT_CONNECT_TIMEOUT)})",
-    )
+    if connect_timeout:
+        parser.add_argument(
+            "--connect-timeout",
+            type=duration,
+            metavar="DURATION",
+            default=DEFAULT_CONNECT_TIMEOUT,
+            help="give up when no bootstrap server answers within this long; 0 leaves it to the Kafka client's own "
+            f"retries (default {format_duration(DEFAULT_CONNECT_TIMEOUT)})",
+        )
     if not verbose:
         return
     parser.add_argument(
