@@ -238,7 +238,7 @@ def _tail(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise
     except AuditError as exc:
-        print(f"loopwarden tail: {exc}", file=sys.stderr)
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # broker unreachable
         print(f"loopwarden: cannot read {topic}: {describe_error(exc)}", file=sys.stderr)

@@ -569,7 +569,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
                     bootstrap, args.run_id, args.events_topic, args.decisions_topic, config, policy, security
                 )
         except AuditError as exc:
-            print(f"loopwarden explain: {exc}", file=err)
+            print(f"loopwarden: {exc}", file=err)
             return 2
     if args.json:
         for step in steps:
