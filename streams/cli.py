@@ -4,6 +4,7 @@ offline commands never pay for the stream stack."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
@@ -131,21 +132,17 @@ def _fleet(args: argparse.Namespace) -> int:
 
 def _topics_create(args: argparse.Namespace) -> int:
     from streams.worker.settings import connection_from_args, topics_from_args
-    from streams.worker.topics import TopicError, ensure_project_topics
+    from streams.worker.topics import ensure_project_topics
 
     bootstrap, security = connection_from_args(args)
-    try:
-        states = ensure_project_topics(
-            bootstrap,
-            topics_from_args(args),
-            incidents_topic=args.incidents_topic,
-            incidents_partitions=args.incidents_partitions,
-            timeout=args.timeout,
-            security=security,
-        )
-    except TopicError as exc:
-        print(f"loopwarden: {exc}", file=sys.stderr)
-        return 1
+    states = ensure_project_topics(
+        bootstrap,
+        topics_from_args(args),
+        incidents_topic=args.incidents_topic,
+        incidents_partitions=args.incidents_partitions,
+        timeout=args.timeout,
+        security=security,
+    )
     for state in states:
         print(f"{'created' if state.created else 'exists '} {state.name} ({state.partitions} partitions)")
     return 0
@@ -180,6 +177,45 @@ def _topics_describe(args: argparse.Namespace) -> int:
     for name in missing:
         print(f"loopwarden: {missing_topic(name, bootstrap)}", file=sys.stderr)
     return 1 if missing else 0
+
+
+def _topic_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """`run`, a topics action, with a TopicError said in one line (exit 1)."""
+    from streams.worker.topics import TopicError
+
+    try:
+        return run(args)
+    except TopicError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_topics_action(
+    actions: argparse._SubParsersAction, name: str, help: str, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A `topics` action: the connection options and one --timeout for its admin requests."""
+    from streams.worker.settings import add_connection_options, duration, format_duration
+    from streams.worker.topics import ADMIN_TIMEOUT
+
+    parser = add_command(actions, name, help=help)
+    add_connection_options(parser)
+    parser.add_argument(
+        "--timeout",
+        type=duration,
+        default=ADMIN_TIMEOUT,
+        metavar="DURATION",
+        help=f"admin request timeout (default {format_duration(ADMIN_TIMEOUT)})",
+    )
+    parser.set_defaults(run=functools.partial(_topic_errors, run))
+    return parser
+
+
+def _add_incidents_topic(parser: argparse.ArgumentParser) -> None:
+    from schemas.topics import INCIDENTS_TOPIC
+
+    parser.add_argument(
+        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    )
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -387,34 +423,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     topics = add_command(commands, "topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    create = add_command(topic_commands, "create", help="create the events, decisions, dead-letter and incident topics")
-    add_connection_options(create)
-    add_topic_options(create)
-    create.add_argument(
-        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    create = _add_topics_action(
+        topic_commands, "create", "create the events, decisions, dead-letter and incident topics", _topics_create
     )
+    add_topic_options(create)
+    _add_incidents_topic(create)
     create.add_argument(
         "--incidents-partitions",
         type=positive_int,
         help="default: same as --partitions (keep it equal to the fleet stage's --partitions)",
     )
-    create.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
-    create.set_defaults(run=_topics_create)
-    listing = add_command(topic_commands, "list", help="list the topics on the brokers with their partition counts")
-    add_connection_options(listing)
-    listing.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
-    listing.set_defaults(run=_topics_list)
-    describing = add_command(
-        topic_commands, "describe", help="partitions, replication factor and leaders of topics (default the project's)"
+    _add_topics_action(
+        topic_commands, "list", "list the topics on the brokers with their partition counts", _topics_list
     )
-    add_connection_options(describing)
+    describing = _add_topics_action(
+        topic_commands,
+        "describe",
+        "partitions, replication factor and leaders of topics (default the project's)",
+        _topics_describe,
+    )
     describing.add_argument("names", nargs="*", metavar="TOPIC", help="topics to describe (default the project's four)")
     add_topic_names(describing)
-    describing.add_argument(
-        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
-    )
-    describing.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
-    describing.set_defaults(run=_topics_describe)
+    _add_incidents_topic(describing)
 
     produce = add_command(commands, "produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)

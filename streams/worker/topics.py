@@ -22,6 +22,9 @@ from streams.worker.settings import DEFAULT_BOOTSTRAP, Topics
 
 log = logging.getLogger("loopwarden.topics")
 
+#: Seconds an admin request (create, list, describe) may take.
+ADMIN_TIMEOUT = 30.0
+
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ALREADY_EXISTS = 36
 
@@ -63,7 +66,7 @@ class TopicState:
     created: bool
 
 
-def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT):
+def admin_client(bootstrap: str, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT):
     ms = int(timeout * 1000)
     return kafka_clients.admin(
         bootstrap,
@@ -97,7 +100,7 @@ def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTE
 
 
 def ensure_topics(
-    bootstrap: str, topics: Topics, *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str, topics: Topics, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> list[TopicState]:
     """Create whichever of the three topics are missing; describe them all."""
     plan = topics.plan()
@@ -124,7 +127,7 @@ def ensure_project_topics(
     *,
     incidents_topic: str = INCIDENTS_TOPIC,
     incidents_partitions: int | None = None,
-    timeout: float = 30.0,
+    timeout: float = ADMIN_TIMEOUT,
     security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """The three topics and the fleet stage's output (`incidents_partitions`,
@@ -140,7 +143,7 @@ def ensure(
     plan: list[tuple[str, int, dict[str, str]]],
     replication_factor: int,
     *,
-    timeout: float = 30.0,
+    timeout: float = ADMIN_TIMEOUT,
     security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
@@ -205,7 +208,9 @@ class TopicDescription:
     leaders: tuple[int, ...]  # broker id per partition, -1 while it has none
 
 
-def list_topics(bootstrap: str, *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
+def list_topics(
+    bootstrap: str, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
+) -> dict[str, int]:
     """Every topic but Kafka's internal ones (`__consumer_offsets`, ...), by name, with its partition count."""
     admin = _connected_admin(bootstrap, timeout, security)
     try:
@@ -216,7 +221,7 @@ def list_topics(bootstrap: str, *, timeout: float = 30.0, security: KafkaSecurit
 
 
 def describe(
-    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> list[TopicDescription]:
     """The topics of `names` that exist, in that order, with their partitions' leaders."""
     admin = _connected_admin(bootstrap, timeout, security)
@@ -237,7 +242,7 @@ def describe(
 
 
 def describe_partitions(
-    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
     admin = _connected_admin(bootstrap, timeout, security)
     try:
