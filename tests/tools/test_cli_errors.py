@@ -82,3 +82,13 @@ def test_a_truncated_line_is_refused_in_the_words_a_record_gets(tmp_path: Path) 
         reason = str(exc)
     assert f"line 1: {reason}" in lines(done)
     assert lines(done)[-1].startswith("replay: 1 event, 0 verdicts, 1 dead letter, ")
+
+
+def test_a_bad_policy_mode_lists_the_valid_ones(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json5"
+    policy.write_text("{mode: 'enforcing'}")
+    done = run_cli("--policy", str(policy), "-")
+    assert done.returncode == 2
+    assert lines(done) == [
+        f"loopwarden: policy error: {policy}: mode: Invalid enum value 'enforcing' (expected one of: enforce, shadow)"
+    ]
