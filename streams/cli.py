@@ -476,7 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_options(up, verbose=False)
     add_topic_options(up)
     add_worker_options(up)
-    up.add_argument("--demo", metavar="EVENTS.jsonl", help="publish this trace, print its verdicts, then exit")
+    from streams.tools.quickstart import SAMPLE_TRACE
+
+    up.add_argument(
+        "--demo",
+        metavar="EVENTS.jsonl",
+        nargs="?",
+        const=str(SAMPLE_TRACE),
+        help="publish this trace (with no file: the sample trace loopwarden ships), print its verdicts, then exit",
+    )
     up.add_argument(
         "--dashboard",
         metavar="PORT",

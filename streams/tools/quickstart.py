@@ -9,7 +9,8 @@
 4. With ``--dashboard PORT``: run the fleet stage (``loopwarden fleet``) and
    the operator page (``loopwarden dashboard`` on 127.0.0.1:PORT, reading
    from the earliest records) beside the worker.
-5. With ``--demo TRACE.jsonl``: publish the trace, print each verdict as it
+5. With ``--demo [TRACE.jsonl]``: publish the trace (by default the sample
+   trace, package data so that an installed wheel has it), print each verdict as it
    arrives, and exit once every verdict ``loopwarden replay`` gives for the
    trace has arrived (with ``--dashboard``, keep running instead, so the
    page shows the demo). Each demo tags its run ids with ``@<stamp>`` so that a
@@ -43,6 +44,10 @@ from typing import Any
 from streams import kafka_clients, listen
 from streams.kafka_clients import KafkaSecurity
 from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
+
+#: What `up --demo` publishes when given no trace: examples/sample-trace.jsonl,
+#: linked into the package so that the wheel carries it.
+SAMPLE_TRACE = Path(__file__).resolve().with_name("sample-trace.jsonl")
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
