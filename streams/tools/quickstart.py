@@ -60,6 +60,15 @@ def _say(text: str) -> None:
     print(f"loopwarden up: {text}", file=sys.stderr, flush=True)
 
 
+def _shown(path: Path) -> str:
+    """A path as `up` says it: from the current directory (`./data/kafka`,
+    the default wherever the checkout is) when it lies beneath it."""
+    try:
+        return f"./{path.relative_to(Path.cwd())}"
+    except ValueError:
+        return str(path)
+
+
 def _split(bootstrap: str) -> tuple[str, int]:
     first = bootstrap.split(",")[0].strip()
     host, _, port = first.rpartition(":")
@@ -94,7 +103,7 @@ def _start_broker(settings: Settings, broker_dir: str | None, secure: bool = Fal
     if host not in LOCAL_HOSTS:
         raise BrokerError(f"nothing answers at {settings.bootstrap}, and it is not a local address to start one on")
     kind = "a secure local one (TLS, SASL/SCRAM, ACLs)" if secure else "a local one"
-    _say(f"no broker at {settings.bootstrap}: starting {kind} (data in {data_dir})")
+    _say(f"no broker at {settings.bootstrap}: starting {kind} (data in {_shown(data_dir)})")
     broker = LocalBroker(port=port, data_dir=data_dir, secure=secure)
     broker.start()
     _say(f"Kafka is up at {broker.bootstrap} (pid {broker.pid})")
@@ -239,7 +248,7 @@ class Children:
             path = self.log_dir / f"{name.replace(' ', '-')}.log"
             out = open(path, "ab")
             self._logs.append(out)
-            _say(f"starting the {name} (log: {path})")
+            _say(f"starting the {name} (log: {_shown(path)})")
         proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", *argv],
             stdout=out,

@@ -47,6 +47,7 @@ def test_up_plaintext_default_is_unchanged(broker, tmp_path: Path) -> None:
     run = _up(tmp_path, "--bootstrap", broker.bootstrap)
     _check_demo(run)
     assert f"using the Kafka broker at {broker.bootstrap}" in run.stderr
+    assert "loopwarden up: starting the worker (log: ./data/worker.log)" in run.stderr  # beneath the current directory
 
 
 def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tmp_path: Path) -> None:
