@@ -13,7 +13,9 @@ ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
 $(STAMP): pyproject.toml setup.py $(ENGINE)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	@# pip shows the build backend's warnings on a local install; this one, on every editable
+	@# install, warns of folders named like the package, which here are the package
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 kafka: $(STAMP)

@@ -82,6 +82,8 @@ def decode_event(data: bytes | str) -> Event:
             cleaned = drop_lone_surrogates(data)
             if cleaned is not data:
                 return decode_event(cleaned)
+            if data[-1:].isspace():  # a file's line ending: refuse the line in the words used for a record
+                return decode_event(data.rstrip())
         raise _refusal(exc, data) from None
 
 

@@ -107,8 +107,29 @@ _PATH = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
 _STEP = re.compile(r"\.([A-Za-z_]\w*)|\['((?:[^'\\]|\\.)*)'\]|\[(\d+)\]")
 
 
-def _dotted(path: str) -> str:
-    return ".".join(next(part for part in step if part) for step in _STEP.findall(path))
+def _steps(path: str) -> list[str]:
+    """`.agents['a b'].mode` -> ['agents', 'a b', 'mode']."""
+    return [next(part for part in step if part) for step in _STEP.findall(path)]
+
+
+def _choices(kind: type, steps: list[str]) -> list[Any]:
+    """The values the Literal at `steps` inside `kind` allows: msgspec's enum
+    error names only the value it refused."""
+    from msgspec import inspect
+
+    def members(info: inspect.Type) -> tuple[inspect.Type, ...]:
+        return info.types if isinstance(info, inspect.UnionType) else (info,)
+
+    def child(info: inspect.Type, step: str) -> list[inspect.Type]:
+        if isinstance(info, inspect.StructType):
+            return [found.type for found in info.fields if found.encode_name == step]
+        return [info.value_type] if isinstance(info, inspect.DictType) else []
+
+    found = [inspect.type_info(kind)]
+    for step in steps:
+        found = [inner for info in found for member in members(info) for inner in child(member, step)]
+    return [value for info in found for member in members(info) if isinstance(member, inspect.LiteralType)
+            for value in member.values]  # fmt: skip
 
 
 def _convert(value: Any, kind: type[AgentPolicyBlock], prefix: str) -> Any:
@@ -117,8 +138,12 @@ def _convert(value: Any, kind: type[AgentPolicyBlock], prefix: str) -> Any:
     except msgspec.ValidationError as exc:
         match = _PATH.match(str(exc))
         assert match is not None  # the pattern matches any text
-        where = prefix + _dotted(match["path"] or "")
-        raise PolicyError(f"{where.rstrip('.') or '(top level)'}: {match['message']}") from None
+        steps = _steps(match["path"] or "")
+        message = match["message"]
+        if message.startswith("Invalid enum value"):
+            message += f" (expected one of: {', '.join(map(str, _choices(kind, steps)))})"
+        where = prefix + ".".join(steps)
+        raise PolicyError(f"{where.rstrip('.') or '(top level)'}: {message}") from None
 
 
 def parse_policy(document: Any) -> FleetPolicy:

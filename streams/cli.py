@@ -4,70 +4,96 @@ offline commands never pay for the stream stack."""
 from __future__ import annotations
 
 import argparse
+import functools
+import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
-from typing import BinaryIO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from schemas.policy import PolicyError
 from streams.engine.config import ConfigError
-from streams.kafka_clients import ConnectionRefused, SecurityError
+from streams.kafka_clients import ConnectionRefused, KafkaUnreachable, SecurityError
+from streams.helptext import add_command
+from streams.listen import port
 
-#: What stops a command before it starts (exit 2), and how its message begins.
+if TYPE_CHECKING:
+    from streams.tools.replay import Refusals
+
+#: What stops a command before it starts (exit 2), and how its message begins
+#: (nothing where the message names the problem itself).
 START_UP_ERRORS: dict[type[Exception], str] = {
     ConfigError: "config error",
     PolicyError: "policy error",
     SecurityError: "security settings",
     ConnectionRefused: "Kafka refused the connection",
+    KafkaUnreachable: "",
 }
+
+#: The Kafka clients' own loggers: their retries, reconnections and metadata
+#: refreshes, which only --verbose shows.
+KAFKA_CLIENT_LOGGERS = ("kafka", "aiokafka")
 
 POLICY_HELP = "policy file (JSON/JSON5: shadow mode, escalation, budget); default $LOOPWARDEN_POLICY"
 
 
-def _events_command(args: argparse.Namespace, run: Callable[[BinaryIO], int]) -> int:
-    """Run `run` over the events file (or stdin); exit 1 when it refused lines, 2 when unreadable."""
-    if args.events == "-":
-        return 1 if run(sys.stdin.buffer) else 0
+def _events_command(
+    args: argparse.Namespace, command: str, run: Callable[[Iterable[bytes], Refusals], list[str]]
+) -> int:
+    """Run `run` over the events file (or stdin), with a bar on a terminal,
+    then say what it read and decided; `run` returns the summary's middle
+    parts. Exit 1 when lines were refused, 2 when the file is unreadable."""
+    from streams.tools.progress import read_lines
+    from streams.tools.replay import Refusals
+
     try:
-        with open(args.events, "rb") as lines:
-            refused = run(lines)
+        stream = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
-    return 1 if refused else 0
+    refusals = Refusals(sys.stderr)
+    with stream:
+        parts = run(read_lines(stream, sys.stderr), refusals)
+    print(refusals.summary(command, *parts), file=sys.stderr)
+    return 1 if refusals.dead_letters else 0
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
     from streams.tools.replay import replay
 
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
-    return _events_command(args, lambda lines: replay(lines, config, sys.stdout.buffer, sys.stderr, policy))
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
+
+    def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
+        replay(lines, config, sys.stdout.buffer, sys.stderr, policy, refusals)
+        return refusals.decided()
+
+    return _events_command(args, "replay", run)
 
 
 def _incidents(args: argparse.Namespace) -> int:
     import time
 
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
     from streams.fleet.settings import incident_settings_from_args
     from streams.tools.incidents import print_incidents
+    from streams.tools.progress import plural
 
     try:
         settings = incident_settings_from_args(args)
     except ValueError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
     now = args.now
     clock = time.time if now is None else lambda: now
-    return _events_command(
-        args, lambda lines: print_incidents(lines, config, sys.stdout.buffer, sys.stderr, settings, clock, policy)
-    )
+
+    def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
+        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy)
+        return [*refusals.decided(), plural(written, "incident")]
+
+    return _events_command(args, "incidents", run)
 
 
 def _exit_ok(signum: int, frame: FrameType | None) -> NoReturn:
@@ -106,49 +132,126 @@ def _fleet(args: argparse.Namespace) -> int:
 
 def _topics_create(args: argparse.Namespace) -> int:
     from streams.worker.settings import connection_from_args, topics_from_args
-    from streams.worker.topics import TopicError, ensure_project_topics
+    from streams.worker.topics import ensure_project_topics
 
     bootstrap, security = connection_from_args(args)
-    try:
-        states = ensure_project_topics(
-            bootstrap,
-            topics_from_args(args),
-            incidents_topic=args.incidents_topic,
-            incidents_partitions=args.incidents_partitions,
-            timeout=args.timeout,
-            security=security,
-        )
-    except TopicError as exc:
-        print(f"loopwarden: {exc}", file=sys.stderr)
-        return 1
+    states = ensure_project_topics(
+        bootstrap,
+        topics_from_args(args),
+        incidents_topic=args.incidents_topic,
+        incidents_partitions=args.incidents_partitions,
+        timeout=args.timeout,
+        security=security,
+    )
     for state in states:
         print(f"{'created' if state.created else 'exists '} {state.name} ({state.partitions} partitions)")
     return 0
 
 
-def _produce(args: argparse.Namespace) -> int:
-    from streams.tools.produce import produce_file
+def _topics_list(args: argparse.Namespace) -> int:
+    from streams.tools.progress import plural
     from streams.worker.settings import connection_from_args
+    from streams.worker.topics import list_topics
 
     bootstrap, security = connection_from_args(args)
+    for name, partitions in list_topics(bootstrap, timeout=args.timeout, security=security).items():
+        print(f"{name} ({plural(partitions, 'partition')})")
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    from streams.tools.progress import plural
+    from streams.worker.settings import connection_from_args
+    from streams.worker.topics import describe, missing_topic
+
+    bootstrap, security = connection_from_args(args)
+    names = args.names or [args.events_topic, args.decisions_topic, args.deadletter_topic, args.incidents_topic]
+    found = describe(bootstrap, names, timeout=args.timeout, security=security)
+    for topic in found:
+        leaders = " ".join(str(leader) for leader in topic.leaders)
+        print(
+            f"{topic.name}: {plural(topic.partitions, 'partition')}, replication factor {topic.replication_factor}, "
+            f"leaders by partition: {leaders}"
+        )
+    missing = [name for name in names if name not in {topic.name for topic in found}]
+    for name in missing:
+        print(f"loopwarden: {missing_topic(name, bootstrap)}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _topic_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """`run`, a topics action, with a TopicError said in one line (exit 1)."""
+    from streams.worker.topics import TopicError
+
     try:
-        report = produce_file(args.events, bootstrap, args.topic, raw=args.raw, security=security)
+        return run(args)
+    except TopicError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_topics_action(
+    actions: argparse._SubParsersAction, name: str, help: str, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """A `topics` action: the connection options and one --timeout for its admin requests."""
+    from streams.worker.settings import add_connection_options, duration, format_duration
+    from streams.worker.topics import ADMIN_TIMEOUT
+
+    parser = add_command(actions, name, help=help)
+    add_connection_options(parser)
+    parser.add_argument(
+        "--timeout",
+        type=duration,
+        default=ADMIN_TIMEOUT,
+        metavar="DURATION",
+        help=f"admin request timeout (default {format_duration(ADMIN_TIMEOUT)})",
+    )
+    parser.set_defaults(run=functools.partial(_topic_errors, run))
+    return parser
+
+
+def _add_incidents_topic(parser: argparse.ArgumentParser) -> None:
+    from schemas.topics import INCIDENTS_TOPIC
+
+    parser.add_argument(
+        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    )
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from streams.kafka_clients import describe_error
+    from streams.tools.produce import produce_file
+    from streams.tools.progress import Tally, plural
+    from streams.worker.settings import connection_from_args
+    from streams.worker.topics import TopicError, require_topic
+
+    topic = args.events_topic
+    bootstrap, security = connection_from_args(args)
+    tally = Tally()
+    try:
+        require_topic(bootstrap, topic, security=security)
+        report = produce_file(args.events, bootstrap, topic, raw=args.raw, security=security)
     except OSError as exc:
         print(f"loopwarden: cannot read events: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # broker unreachable, timeouts
-        print(f"loopwarden: cannot produce to {args.topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except TopicError as exc:
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 1
-    print(
-        f"sent {report.sent} events to {args.topic}"
-        + (f", refused {report.refused} bad lines" if report.refused else "")
-        + (f", {report.failed} not accepted by Kafka ({report.error})" if report.failed else ""),
-        file=sys.stderr,
-    )
+    except Exception as exc:  # the broker went away, timeouts
+        print(f"loopwarden: cannot produce to {topic}: {describe_error(exc)}", file=sys.stderr)
+        return 1
+    tally.events = report.sent + report.refused + report.failed
+    parts = [f"{report.sent:,} sent to {topic}"]
+    if report.refused:
+        parts.append(f"{plural(report.refused, 'line')} refused")
+    if report.failed:
+        parts.append(f"{report.failed:,} not accepted by Kafka ({report.error})")
+    print(tally.summary("produce", *parts), file=sys.stderr)
     return 1 if report.refused or report.failed else 0
 
 
 def _tail(args: argparse.Namespace) -> int:
+    from streams.kafka_clients import describe_error
     from streams.tools.audit import AuditError
     from streams.tools.tail import tail
     from streams.worker.settings import connection_from_args
@@ -160,7 +263,7 @@ def _tail(args: argparse.Namespace) -> int:
             bootstrap,
             topic,
             sys.stdout.buffer,
-            from_beginning=args.from_beginning,
+            start=args.start,
             max_records=args.max,
             timeout=args.timeout,
             idle=args.idle,
@@ -171,10 +274,10 @@ def _tail(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise
     except AuditError as exc:
-        print(f"loopwarden tail: {exc}", file=sys.stderr)
+        print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # broker unreachable
-        print(f"loopwarden: cannot read {topic}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"loopwarden: cannot read {topic}: {describe_error(exc)}", file=sys.stderr)
         return 1
     if args.max is not None and printed < args.max:
         return 1
@@ -228,10 +331,46 @@ def _start_point(text: str) -> str:
     return text
 
 
+def _add_start(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    """--from, the one spelling of where a command starts reading, with the
+    older spellings --from-beginning and --since kept as its aliases."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--from",
+        dest="start",
+        type=_start_point,
+        default=default,
+        metavar="START",
+        help=f"where to start reading {what}: earliest, latest, a time (2026-05-01T10:00:00Z, epoch s/ms) "
+        f"or a duration ago (15m) (default {default})",
+    )
+    group.add_argument(
+        "--from-beginning", dest="start", action="store_const", const="earliest", help="the same as --from earliest"
+    )
+    group.add_argument("--since", dest="start", type=_start_point, metavar="START", help="the same as --from START")
+
+
+DESCRIPTION = (
+    "Stops AI agents from burning tokens in tool-call loops, fleet-wide: gateways publish their agents' tool "
+    "calls to Kafka, a stream processor answers each with a verdict (allow, warn, block, abort). "
+    "Try it with `loopwarden up --demo`; `loopwarden COMMAND --help` describes each command."
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopwarden")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopwarden", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="loopwarden", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    replay = commands.add_parser("replay", help="recompute verdicts for a JSON-lines event file, offline")
+    replay = add_command(commands, "replay", help="recompute verdicts for a JSON-lines event file, offline")
     replay.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
@@ -239,8 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from streams.fleet.settings import add_incident_options
 
-    incidents = commands.add_parser(
-        "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
+    incidents = add_command(
+        commands, "incidents", help="the incidents the fleet stage would publish for a JSON-lines event file, offline"
     )
     incidents.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     incidents.add_argument("--policy", help=POLICY_HELP)
@@ -258,77 +397,98 @@ def build_parser() -> argparse.ArgumentParser:
     from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
     from streams.worker.settings import (
         add_connection_options,
+        add_reach_options,
         add_security_options,
+        add_topic_names,
         add_topic_options,
         add_worker_options,
         duration,
         positive_int,
     )
 
-    worker = commands.add_parser("worker", help="run the stream processor (a Faust worker)")
-    add_connection_options(worker)
+    worker = add_command(commands, "worker", help="run the stream processor (a Faust worker)")
+    add_connection_options(worker, verbose=False)
     add_topic_options(worker)
     add_worker_options(worker)
     worker.set_defaults(run=_worker)
 
     from streams.fleet.settings import add_fleet_options
 
-    fleet = commands.add_parser(
-        "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
+    fleet = add_command(
+        commands, "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
     )
-    add_connection_options(fleet)
+    add_connection_options(fleet, verbose=False)
     add_fleet_options(fleet)
     fleet.set_defaults(run=_fleet)
 
-    topics = commands.add_parser("topics", help="manage the project's topics")
+    topics = add_command(commands, "topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    create = topic_commands.add_parser("create", help="create the events, decisions, dead-letter and incident topics")
-    add_connection_options(create)
-    add_topic_options(create)
-    create.add_argument(
-        "--incidents-topic", default=INCIDENTS_TOPIC, help=f"the fleet stage's output (default {INCIDENTS_TOPIC})"
+    create = _add_topics_action(
+        topic_commands, "create", "create the events, decisions, dead-letter and incident topics", _topics_create
     )
+    add_topic_options(create)
+    _add_incidents_topic(create)
     create.add_argument(
         "--incidents-partitions",
         type=positive_int,
         help="default: same as --partitions (keep it equal to the fleet stage's --partitions)",
     )
-    create.add_argument("--timeout", type=duration, default=30.0, help="admin request timeout (default 30s)")
-    create.set_defaults(run=_topics_create)
+    _add_topics_action(
+        topic_commands, "list", "list the topics on the brokers with their partition counts", _topics_list
+    )
+    describing = _add_topics_action(
+        topic_commands,
+        "describe",
+        "partitions, replication factor and leaders of topics (default the project's)",
+        _topics_describe,
+    )
+    describing.add_argument("names", nargs="*", metavar="TOPIC", help="topics to describe (default the project's four)")
+    add_topic_names(describing)
+    _add_incidents_topic(describing)
 
-    produce = commands.add_parser("produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
+    produce = add_command(commands, "produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
-    produce.add_argument("--topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    produce.add_argument(
+        "--events-topic", "--topic", default=EVENTS_TOPIC, help=f"the topic to publish to (default {EVENTS_TOPIC})"
+    )
     produce.add_argument(
         "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
     )
     produce.set_defaults(run=_produce)
 
-    tail = commands.add_parser("tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
+    tail = add_command(commands, "tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
     add_connection_options(tail)
     tail.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     tail.add_argument("--deadletter-topic", default=DEADLETTER_TOPIC, help=f"default {DEADLETTER_TOPIC}")
     tail.add_argument("--topic", help="tail this topic instead")
     tail.add_argument("--deadletter", action="store_true", help="tail the dead-letter topic, with reasons")
-    tail.add_argument("--from-beginning", action="store_true", help="start at the oldest record, not the newest")
+    _add_start(tail, "latest", "the topic")
     tail.add_argument("--max", type=positive_int, help="stop after N records (exit 1 if fewer arrived)")
     tail.add_argument("--timeout", type=duration, help="stop after this long in all (e.g. 30s)")
     tail.add_argument("--idle", type=duration, help="stop after this long without a record")
     tail.add_argument("--dedupe", action="store_true", help="print each (run_id, seq) verdict once")
     tail.set_defaults(run=_tail)
 
-    up = commands.add_parser(
-        "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
+    up = add_command(
+        commands, "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
     )
-    add_connection_options(up)
+    add_connection_options(up, verbose=False)
     add_topic_options(up)
     add_worker_options(up)
-    up.add_argument("--demo", metavar="EVENTS.jsonl", help="publish this trace, print its verdicts, then exit")
+    from streams.tools.quickstart import SAMPLE_TRACE
+
+    up.add_argument(
+        "--demo",
+        metavar="EVENTS.jsonl",
+        nargs="?",
+        const=str(SAMPLE_TRACE),
+        help="publish this trace (with no file: the sample trace loopwarden ships), print its verdicts, then exit",
+    )
     up.add_argument(
         "--dashboard",
         metavar="PORT",
-        type=int,
+        type=port,
         help="also run the fleet stage and the operator page on 127.0.0.1:PORT (with --demo: keep running after it)",
     )
     up.add_argument(
@@ -346,7 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from streams.tools.broker import add_broker_commands
 
-    broker = commands.add_parser(
+    broker = add_command(
+        commands,
         "broker",
         help="install, start, stop or query the local single-node Kafka broker",
         description="Install, start, stop or query the local single-node Kafka broker. "
@@ -355,17 +516,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)
 
-    audit = commands.add_parser(
-        "audit", help="recompute verdicts from the events topic and compare them with the published ones"
+    audit = add_command(
+        commands, "audit", help="recompute verdicts from the events topic and compare them with the published ones"
     )
     add_connection_options(audit)
-    start = audit.add_mutually_exclusive_group()
-    start.add_argument("--from-beginning", action="store_true", help="read from the oldest event (the default)")
-    start.add_argument(
-        "--since",
-        metavar="TIMESTAMP",
-        help="read from this time: ISO 8601 (2025-05-01T10:00:00Z), epoch s/ms, or a duration ago (15m, 2h)",
-    )
+    _add_start(audit, "earliest", "the events topic")
     audit.add_argument("--run", dest="run_filter", metavar="RUN_ID", help="audit only this run")
     audit.add_argument("--config", help="config to recompute with (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     audit.add_argument("--policy", help=POLICY_HELP)
@@ -378,15 +533,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--first-seq",
         type=int,
         default=0,
-        help="with --since: a run whose first event after the point has a higher seq started before it "
+        help="with --from a time: a run whose first event after the point has a higher seq started before it "
         "and is not compared (default 0; 1 for gateways that number runs from 1)",
     )
     audit.add_argument("--summary-only", action="store_true", help="do not list each mismatch")
     audit.add_argument("--json", action="store_true", help="print the report as one JSON document")
     audit.set_defaults(run=_audit)
 
-    explain = commands.add_parser("explain", help="show one run's timeline: hashes, detector counts, verdicts")
-    explain.add_argument("run_id", metavar="RUN_ID")
+    explain = add_command(commands, "explain", help="show one run's timeline: hashes, detector counts, verdicts")
+    explain.add_argument("run_id", metavar="RUN_ID", help="the run to show, as its events name it")
     source = explain.add_mutually_exclusive_group()
     source.add_argument("--events", metavar="FILE.jsonl", help="read events from a JSON-lines file (- for stdin)")
     source.add_argument(
@@ -399,27 +554,24 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
     explain.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     explain.add_argument("--json", action="store_true", help="one JSON object per event instead of the table")
+    add_reach_options(explain)
     add_security_options(explain)
     explain.set_defaults(run=_explain)
 
-    dashboard = commands.add_parser(
-        "dashboard", help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight"
+    dashboard = add_command(
+        commands,
+        "dashboard",
+        help="serve a live page: verdicts per minute, incidents, blocks and aborts, runs in flight",
     )
-    add_connection_options(dashboard)
-    dashboard.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    add_connection_options(dashboard, verbose=False, connect_timeout=False)  # a page waits for its brokers
+    dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     dashboard.add_argument(
         "--token-file",
         help="a file holding the access token (16+ characters): browsers open /?token=TOKEN once, other clients"
         " send Authorization: Bearer TOKEN; default $LOOPWARDEN_DASHBOARD_TOKEN_FILE, else no token",
     )
-    dashboard.add_argument(
-        "--from",
-        dest="start",
-        type=_start_point,
-        default="1h",
-        help="where to start reading: earliest, latest, a time or a duration ago (default 1h)",
-    )
+    _add_start(dashboard, "1h", "the decision and incident topics")
     dashboard.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
     dashboard.add_argument("--incidents-topic", default=INCIDENTS_TOPIC, help=f"default {INCIDENTS_TOPIC}")
     dashboard.add_argument(
@@ -433,11 +585,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not getattr(args, "verbose", True):
+        for name in KAFKA_CLIENT_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         return args.run(args)
     except tuple(START_UP_ERRORS) as exc:
         label = next(text for kind, text in START_UP_ERRORS.items() if isinstance(exc, kind))
-        print(f"loopwarden: {label}: {exc}", file=sys.stderr)
+        print(f"loopwarden: {label}: {exc}" if label else f"loopwarden: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from streams.listen import reason as socket_reason
+
 Bootstrap = str | Sequence[str]
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
@@ -32,25 +34,32 @@ DEFAULT_MECHANISM: Mechanism = "SCRAM-SHA-512"
 
 
 class SecuritySetting(msgspec.Struct, frozen=True):
-    """One security setting: its field, environment variable and flag."""
+    """One security setting: its field, environment variable and flag; what
+    applies when neither is given (`fallback`, none when empty)."""
 
     field: str
     env: str
     flag: str
     help: str
+    fallback: str = ""
 
 
 #: The settings, in the order they are documented; every command that talks
 #: to Kafka takes each as a flag, and each flag wins over its variable.
 SETTINGS: tuple[SecuritySetting, ...] = (
     SecuritySetting(
-        "protocol", "LOOPWARDEN_SECURITY_PROTOCOL", "--security-protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+        "protocol",
+        "LOOPWARDEN_SECURITY_PROTOCOL",
+        "--security-protocol",
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        "PLAINTEXT",
     ),
     SecuritySetting(
         "sasl_mechanism",
         "LOOPWARDEN_SASL_MECHANISM",
         "--sasl-mechanism",
-        "SCRAM-SHA-512 (default), SCRAM-SHA-256 or PLAIN",
+        "SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN",
+        DEFAULT_MECHANISM,
     ),
     SecuritySetting("sasl_username", "LOOPWARDEN_SASL_USERNAME", "--sasl-username", "SASL user name"),
     SecuritySetting(
@@ -60,7 +69,7 @@ SETTINGS: tuple[SecuritySetting, ...] = (
         "file holding the SASL password (never the password itself)",
     ),
     SecuritySetting(
-        "ssl_cafile", "LOOPWARDEN_SSL_CAFILE", "--ssl-cafile", "PEM CA bundle to trust (default: the system's)"
+        "ssl_cafile", "LOOPWARDEN_SSL_CAFILE", "--ssl-cafile", "PEM CA bundle to trust", "the system's CAs"
     ),
     SecuritySetting(
         "ssl_certfile", "LOOPWARDEN_SSL_CERTFILE", "--ssl-certfile", "PEM client certificate, for mutual TLS"
@@ -363,28 +372,87 @@ def faust_connection(bootstrap: str, transport: str = "kafka", security: KafkaSe
 # --------------------------------------------------------------------------
 
 
-class ConnectionRefused(RuntimeError):
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a command waits for a bootstrap server to answer before it says so
+(`--connect-timeout`): long enough for a broker that is starting, short enough
+that a wrong address is named before a person wonders."""
+
+
+class CannotConnect(RuntimeError):
+    """This client cannot talk to the brokers; the message says why."""
+
+
+class ConnectionRefused(CannotConnect):
     """The brokers refused this client's connection; the message says at
     which step (TCP, TLS handshake, SASL authentication) and why."""
 
 
-def check_connection(bootstrap: str, security: KafkaSecurity = PLAINTEXT, timeout: float = 10.0) -> None:
-    """Connect to a bootstrap server as every client will (TCP, the TLS
-    handshake, SASL authentication, one metadata request), and raise
-    `ConnectionRefused` saying what failed. The clients themselves only
-    report, after their whole bootstrap timeout, that they could not
-    bootstrap; a command runs this first so that a wrong setting is named
-    at start-up. A broker that cannot be reached at all is not a refusal:
-    the clients' own retries and errors apply to it, as without this check."""
+class KafkaUnreachable(CannotConnect):
+    """No bootstrap server answered within the connect timeout."""
+
+
+def check_connection(
+    bootstrap: str,
+    security: KafkaSecurity = PLAINTEXT,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    *,
+    retry: bool = True,
+) -> None:
+    """Connect to the bootstrap servers as every client will (TCP, the TLS
+    handshake, SASL authentication, one metadata request) and raise
+    `ConnectionRefused` saying what failed, or `KafkaUnreachable` when none
+    answers within `timeout` seconds (tried again and again until then: a
+    broker may be starting). The clients themselves retry quietly for their
+    whole bootstrap timeout and then only say that they could not bootstrap;
+    a command runs this first so that the problem is named at start-up.
+    A timeout of 0 skips the check; without `retry`, one round of tries ends it."""
     import asyncio
 
+    if timeout <= 0:
+        return
     loop = asyncio.new_event_loop()  # never the thread's loop: Faust makes its own later
     try:
-        loop.run_until_complete(asyncio.wait_for(_probe(bootstrap, security, timeout), timeout))
-    except TimeoutError:
-        pass
+        loop.run_until_complete(_reach(bootstrap, security, timeout, retry))
     finally:
         loop.close()
+
+
+#: Seconds between two rounds of connection attempts while none answers.
+_RETRY_EVERY = 0.25
+
+
+async def _reach(bootstrap: str, security: KafkaSecurity, timeout: float, retry: bool) -> None:
+    """`_probe` each server in turn until one answers; KafkaUnreachable, with
+    the last reason, once `timeout` has passed (without `retry`, after one round)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    servers = [server.strip() for server in bootstrap.split(",") if server.strip()]
+    while True:
+        for server in servers:
+            left = deadline - loop.time()
+            try:
+                await asyncio.wait_for(_probe(server, security, max(left, 0.001)), max(left, 0.001))
+                return
+            except TimeoutError:
+                reason = "no answer"
+            except OSError as exc:
+                reason = socket_reason(exc)
+        if not retry or loop.time() + _RETRY_EVERY >= deadline:
+            raise KafkaUnreachable(
+                f"cannot reach Kafka at {bootstrap}: {reason} (waited {timeout:g}s, --connect-timeout)"
+            )
+        await asyncio.sleep(_RETRY_EVERY)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A client error in one phrase: its type, then its message unless that
+    only repeats the type (kafka-python's often does: `KafkaTimeoutError:
+    KafkaTimeoutError: ...`)."""
+    name = type(exc).__name__
+    text = str(exc).removeprefix(name).removeprefix(":").strip()
+    return f"{name}: {text}" if text else name
 
 
 def not_authorized(action: str, security: KafkaSecurity) -> str:
@@ -414,14 +482,15 @@ def check_group(bootstrap: str, security: KafkaSecurity, group: str, timeout: fl
         client.close()
 
 
-async def _probe(bootstrap: str, security: KafkaSecurity, timeout: float) -> None:
+async def _probe(server: str, security: KafkaSecurity, timeout: float) -> None:
+    """One connection to `server`: ConnectionRefused for a refusal; OSError
+    (or the caller's timeout) when nothing answers."""
     from aiokafka.conn import create_conn
     from aiokafka.errors import KafkaConnectionError, KafkaError
     from aiokafka.protocol.metadata import MetadataRequest
 
-    server = bootstrap.split(",")[0].strip()
     host, _, port = server.rpartition(":")
-    settings = connection(bootstrap, security)
+    settings = connection(server, security)
     del settings["bootstrap_servers"]
     try:
         conn = await create_conn(host, int(port), request_timeout_ms=int(timeout * 1000), **settings)
@@ -446,5 +515,3 @@ async def _probe(bootstrap: str, security: KafkaSecurity, timeout: float) -> Non
     except KafkaError as exc:  # SaslAuthenticationFailed, UnsupportedSaslMechanism ...
         who = f" as {security.sasl_username}" if security.uses_sasl else ""
         raise ConnectionRefused(f"{server} refused the connection{who}: {type(exc).__name__}: {exc}") from None
-    except OSError:
-        pass  # unreachable, not refused

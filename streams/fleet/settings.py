@@ -10,7 +10,8 @@ from pathlib import Path
 
 from schemas.topics import DECISIONS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.incidents import IncidentSettings
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka_clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
+from streams.listen import port
 from streams.worker.settings import (
     DATA_DIR_ENV,
     DEFAULT_PARTITIONS,
@@ -83,6 +84,7 @@ class FleetSettings:
 
     bootstrap: str
     security: KafkaSecurity = PLAINTEXT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     incidents: IncidentSettings = field(default_factory=IncidentSettings)
     app_id: str = FLEET_APP_ID
     decisions_topic: str = DECISIONS_TOPIC
@@ -151,9 +153,11 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
-    parser.add_argument("--loglevel", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument(
-        "--web-port", type=int, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
+        "--loglevel", default="info", choices=("debug", "info", "warning", "error"), help="log level (default info)"
+    )
+    parser.add_argument(
+        "--web-port", type=port, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
     )
 
 
@@ -166,6 +170,7 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
     return FleetSettings(
         bootstrap=default_bootstrap(args.bootstrap),
         security=security_from_args(args),
+        connect_timeout=args.connect_timeout,
         incidents=incident_settings_from_args(args),
         app_id=args.app_id,
         decisions_topic=args.decisions_topic,

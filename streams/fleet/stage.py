@@ -29,6 +29,7 @@ from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
+from streams.listen import WEB_HOST
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS, log_rebalances
@@ -80,7 +81,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
-        web_host="127.0.0.1",
+        web_host=WEB_HOST,
     )
     metrics = FleetMetrics()
     if settings.web_port is not None:
@@ -157,18 +158,18 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
 
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
-    from streams.worker.app import Worker, connection_accepted
-    from streams.worker.topics import TopicError, describe_partitions, ensure, log_created
+    from streams.worker.app import Worker, connection_accepted, web_port_free
+    from streams.worker.topics import TopicError, ensure, log_created, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
-    if not connection_accepted(log, settings.bootstrap, settings.security):
+    if not web_port_free(log, settings.web_port):
+        return 1
+    if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
         return 2
     # The topics exist before Faust subscribes: one created after the
     # subscription would be assigned only at the next metadata refresh.
     try:
-        found = describe_partitions(settings.bootstrap, [settings.decisions_topic], security=settings.security)
-        if settings.decisions_topic not in found:
-            raise TopicError(f"decisions topic {settings.decisions_topic} does not exist (loopwarden topics create)")
+        require_topic(settings.bootstrap, settings.decisions_topic, security=settings.security)
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),

@@ -13,7 +13,17 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -50,6 +60,11 @@ VERDICT_LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+
+#: Seconds: an event stamped longer ago than this, or later than the worker's
+#: clock, says more about the clocks or a replayed trace than about latency,
+#: and is counted apart instead of in the histogram.
+LATENCY_WINDOW = 3600.0
 
 #: Decisions the summary line counts on their own (allow is the healthy case).
 SUMMARY_DECISIONS = ("warn", "block", "abort")
@@ -171,6 +186,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # process_* (CPU, memory, open files), python_info and python_gc_*, as every Python exporter has them
+        for standard in (ProcessCollector, PlatformCollector, GCCollector):
+            standard(registry=self.registry)
 
     def counter(self, name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(f"loopwarden_{name}", help, labels, registry=self.registry)
@@ -246,9 +264,15 @@ class WorkerMetrics(Metrics):
         self.verdict_latency = Histogram(
             "loopwarden_verdict_latency_seconds",
             "From the gateway's publish of an event (its `ts`, seconds since the epoch) to the worker's send of "
-            "its verdict; events without a numeric `ts`, or stamped later than the worker's clock, are left out.",
+            "its verdict; events without a numeric `ts`, or stamped outside the hour before the worker's clock, "
+            "are left out.",
             buckets=VERDICT_LATENCY_BUCKETS,
             registry=registry,
+        )
+        self.latency_out_of_window = counter(
+            "verdict_latency_out_of_window",
+            "Verdicts of events whose `ts` is later than the worker's clock or more than an hour before it "
+            "(clocks apart, a replayed trace): left out of the latency histogram.",
         )
         self.fetch_held = Gauge(
             "loopwarden_fetch_held",
@@ -285,8 +309,10 @@ class WorkerMetrics(Metrics):
         """A verdict was sent for an event the gateway stamped ``ts``."""
         if ts.__class__ is float:
             age = time.time() - ts  # type: ignore[operator]
-            if age >= 0:
+            if 0 <= age <= LATENCY_WINDOW:
                 self.verdict_latency.observe(age)
+            else:
+                self.latency_out_of_window.inc()
 
     def batch(self, seconds: float | None = None) -> None:
         """One batch finished, in `seconds` when measured."""

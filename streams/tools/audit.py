@@ -60,6 +60,7 @@ from schemas.codec import BadEvent, decode_event, decode_verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.apply import apply_safely
+from streams.tools.progress import Tally, counted, plural
 
 
 SKEW_MARGIN_MS = 60_000
@@ -128,7 +129,7 @@ def kafka_refusals() -> Iterator[None]:
     try:
         yield
     except KafkaError as exc:
-        raise AuditError(f"{type(exc).__name__}: {exc}") from None
+        raise AuditError(kafka_clients.describe_error(exc)) from None
 
 
 def read_refused(topic: str, security: KafkaSecurity) -> AuditError:
@@ -147,6 +148,7 @@ class TopicReader:
     matched. Every refusal becomes `read_refused`."""
 
     def __init__(self, bootstrap: str, client_id: str, security: KafkaSecurity) -> None:
+        self.bootstrap = bootstrap
         self.security = security
         self._readable: set[str] = set()  # topics a fetch has been answered for
         try:
@@ -160,7 +162,7 @@ class TopicReader:
                 max_partition_fetch_bytes=4 * 1024 * 1024,
             )
         except Exception as exc:
-            raise AuditError(f"cannot reach Kafka at {bootstrap}: {type(exc).__name__}: {exc}") from None
+            raise AuditError(f"cannot reach Kafka at {bootstrap}: {kafka_clients.describe_error(exc)}") from None
 
     def __enter__(self) -> TopicReader:
         return self
@@ -171,9 +173,11 @@ class TopicReader:
     def partitions(self, topic: str) -> list[Any]:
         from kafka import TopicPartition
 
+        from streams.worker.topics import missing_topic
+
         parts = self.consumer.partitions_for_topic(topic)
         if not parts:
-            raise AuditError(f"topic {topic!r} does not exist")
+            raise AuditError(missing_topic(topic, self.bootstrap))
         return [TopicPartition(topic, p) for p in sorted(parts)]
 
     def beginnings(self, tps: list[Any]) -> dict[Any, int]:
@@ -446,8 +450,10 @@ def run_audit(
     first_seq: int = 0,
     policy: FleetPolicy | None = None,
     security: KafkaSecurity = PLAINTEXT,
+    err: TextIO | None = None,
 ) -> AuditReport:
-    """Recompute and compare; `since_ms=None` means from the beginning."""
+    """Recompute and compare; `since_ms=None` means from the beginning. With
+    `err` a terminal, the events read are counted on a progress bar there."""
     with TopicReader(bootstrap, "loopwarden-audit", security) as reader:
         event_tps = reader.partitions(events_topic)
         decision_tps = reader.partitions(decisions_topic)
@@ -455,7 +461,10 @@ def run_audit(
         starts = reader.starts(event_tps, since_ms)
         whole = {tp.partition for tp in event_tps if starts[tp] == 0}
         key = _key_filter(run_id)
-        recomputed = recompute(reader.read(starts, ends, key), config, whole, first_seq, policy)
+        records = reader.read(starts, ends, key)
+        if err is not None:
+            records = counted(records, err, sum(ends[tp] - starts[tp] for tp in event_tps), "event")
+        recomputed = recompute(records, config, whole, first_seq, policy)
 
         # Decisions: same period, from a margin before the start point to the
         # end, then up to `wait` seconds more for verdicts still missing.
@@ -622,15 +631,14 @@ def _difference_summary(report: AuditReport) -> list[str]:
 
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden audit` command (argparse namespace from streams.cli)."""
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
 
     out = out or sys.stdout
     err = err or sys.stderr
-    config = load_config_for_cli(args.config, err)
-    policy = load_policy(args.policy)
+    tally = Tally()
+    config, policy = load_for_cli(args.config, args.policy, err)
     try:
-        since_ms = parse_since(args.since) if args.since else None
+        since_ms = None if args.start == "earliest" else parse_since("0s" if args.start == "latest" else args.start)
         with kafka_refusals():
             report = run_audit(
                 args.bootstrap,
@@ -643,12 +651,21 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
                 first_seq=args.first_seq,
                 policy=policy,
                 security=args.security,
+                err=err,
             )
     except AuditError as exc:
-        print(f"loopwarden audit: {exc}", file=err)
+        print(f"loopwarden: {exc}", file=err)
         return 2
     if args.json:
         out.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
         out.write(format_report(report, list_mismatches=not args.summary_only))
+    out.flush()
+    recomputed = report.recomputed
+    tally.events, tally.dead_letters = recomputed.events, len(recomputed.refused)
+    tally.decisions.update(verdict.decision for verdict in recomputed.expected.values())
+    print(
+        tally.summary("audit", *tally.decided("recomputed"), plural(len(report.mismatches), "mismatch", "mismatches")),
+        file=err,
+    )
     return 0 if report.ok else 1

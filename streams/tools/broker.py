@@ -40,6 +40,8 @@ from pathlib import Path
 from types import TracebackType
 
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.helptext import add_command
+from streams.listen import port
 from streams.tools import secure
 
 __all__ = [
@@ -656,11 +658,13 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     ``bootstrap`` so that ``stop``/``status`` work from any later process.
     """
     sub = parser.add_subparsers(dest="broker_command", required=True, metavar="ACTION")
-    p_install = sub.add_parser("install", help="fetch the jars; print the lib dir")
-    p_install.add_argument("--cache-dir", type=Path)
-    p_start = sub.add_parser("start", help="start a broker in the background")
-    p_start.add_argument("--data-dir", type=Path, required=True)
-    p_start.add_argument("--port", type=int, help="default: a free port")
+    p_install = add_command(sub, "install", help="fetch the jars; print the lib dir")
+    p_install.add_argument("--cache-dir", type=Path, help="where the jars are kept (default ~/.cache/loopwarden)")
+    p_start = add_command(sub, "start", help="start a broker in the background")
+    p_start.add_argument(
+        "--data-dir", type=Path, required=True, help="the broker's log and state; stop and status name it again"
+    )
+    p_start.add_argument("--port", type=port, help="default: a free port")
     p_start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
     p_start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
     p_start.add_argument(
@@ -672,12 +676,12 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     p_start.add_argument(
         "--full-jit", action="store_true", help="use the optimizing JIT too: slower start, faster peak (benchmarks)"
     )
-    p_stop = sub.add_parser("stop", help="stop the broker of a data dir")
-    p_stop.add_argument("--data-dir", type=Path, required=True)
+    p_stop = add_command(sub, "stop", help="stop the broker of a data dir")
+    p_stop.add_argument("--data-dir", type=Path, required=True, help="the data dir the broker was started with")
     p_stop.add_argument("--timeout", type=float, default=20.0, help="seconds before SIGKILL")
     p_stop.add_argument("--remove", action="store_true", help="delete the data dir too")
-    p_status = sub.add_parser("status", help="print the bootstrap; exit 1 if not serving")
-    p_status.add_argument("--data-dir", type=Path, required=True)
+    p_status = add_command(sub, "status", help="print the bootstrap; exit 1 if not serving")
+    p_status.add_argument("--data-dir", type=Path, required=True, help="the data dir the broker was started with")
 
 
 def run_broker_command(args: argparse.Namespace) -> int:

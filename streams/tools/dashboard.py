@@ -35,6 +35,7 @@ from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.listen import CannotListen, cannot_listen, check_free
 from streams.observability import logs
 from streams.tools import access
 
@@ -270,10 +271,6 @@ def create_app(
     return app
 
 
-class CannotListen(RuntimeError):
-    """The page's address cannot be bound."""
-
-
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -297,7 +294,7 @@ async def serve(
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:  # the port is taken, or the address is not this host's
         await runner.cleanup()
-        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from None
+        raise cannot_listen(host, port, exc) from None
     readers = [
         asyncio.create_task(
             follow(source, source.decisions_topic, _feeder(board, decode_verdict, Board.verdict, "a verdict"))
@@ -357,24 +354,34 @@ def _stop_signals() -> asyncio.Future[str]:
     return received
 
 
+def _check_refusal(bootstrap: str, security: KafkaSecurity) -> None:
+    """ConnectionRefused when the brokers refuse this client (TLS, SASL): the
+    page stops. Brokers that do not answer yet are no reason to stop: the
+    readers wait for them and say so (`follow`), however long that takes."""
+    try:
+        kafka_clients.check_connection(bootstrap, security, retry=False)
+    except kafka_clients.KafkaUnreachable:
+        pass
+
+
 def main(args: Any) -> int:
     """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
-    from streams.worker.settings import connection_from_args
+    from schemas.configfile import load_for_cli
+    from streams.worker.settings import default_bootstrap, security_from_args
 
     logs.setup("info", "logfmt")
-    config = load_config_for_cli(args.config, sys.stderr)
-    policy = load_policy(args.policy)
-    bootstrap, security = connection_from_args(args)
-    source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
     token_file = args.token_file or os.environ.get(access.ENV)
     try:
         token = access.read_token(token_file) if token_file else None
     except access.BadToken as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)
         return 2
+    bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
+    source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     try:
+        check_free(args.host, args.port)  # named at once, before any broker is asked
+        _check_refusal(bootstrap, security)
         asyncio.run(serve(source, config, policy, args.host, args.port, token))
     except CannotListen as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)

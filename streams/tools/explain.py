@@ -545,13 +545,11 @@ def format_timeline(
 
 def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """The `loopwarden explain` command (argparse namespace from streams.cli)."""
-    from schemas.configfile import load_config_for_cli
-    from schemas.policyfile import load_policy
+    from schemas.configfile import load_for_cli
 
     out = out or sys.stdout
     err = err or sys.stderr
-    config = load_config_for_cli(args.config, err)
-    policy = load_policy(args.policy)
+    config, policy = load_for_cli(args.config, args.policy, err)
     from_file = bool(args.events)
     if from_file:
         try:
@@ -571,7 +569,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
                     bootstrap, args.run_id, args.events_topic, args.decisions_topic, config, policy, security
                 )
         except AuditError as exc:
-            print(f"loopwarden explain: {exc}", file=err)
+            print(f"loopwarden: {exc}", file=err)
             return 2
     if args.json:
         for step in steps:

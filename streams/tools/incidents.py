@@ -4,7 +4,7 @@ trace, recomputed offline from its events (replay, then the same aggregation).""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
 from schemas.codec import encode_incident
 from schemas.config import FleetConfig
@@ -17,15 +17,17 @@ def print_incidents(
     lines: Iterable[bytes],
     config: FleetConfig,
     out: BinaryIO,
-    err: TextIO,
+    refusals: Refusals,
     settings: IncidentSettings,
     clock: Callable[[], float],
     policy: FleetPolicy | None = None,
 ) -> int:
     """One JSON incident per line, in the order the verdicts behind them are
-    decided; return how many input lines were refused."""
-    refusals = Refusals(err)
+    decided; return how many. `refusals` reports the lines refused and counts
+    what was read and decided."""
+    written = 0
     for incident in incidents(decide(lines, config, refusals, policy), settings, clock):
         out.write(encode_incident(incident) + b"\n")
+        written += 1
     out.flush()
-    return refusals.count
+    return written

@@ -20,6 +20,7 @@ import msgspec
 from schemas.codec import BadEvent, decode_event
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.tools.progress import read_lines
 
 
 @dataclass
@@ -120,7 +121,8 @@ def produce_file(
     err: TextIO = sys.stderr,
     security: KafkaSecurity = PLAINTEXT,
 ) -> ProduceReport:
+    """`produce` of a file (- for stdin), its progress on a bar when err is a terminal."""
     if path == "-":
-        return produce(sys.stdin.buffer, bootstrap, topic, raw=raw, err=err, security=security)
+        return produce(read_lines(sys.stdin.buffer, err), bootstrap, topic, raw=raw, err=err, security=security)
     with open(path, "rb") as lines:
-        return produce(lines, bootstrap, topic, raw=raw, err=err, security=security)
+        return produce(read_lines(lines, err), bootstrap, topic, raw=raw, err=err, security=security)

@@ -9,7 +9,8 @@
 4. With ``--dashboard PORT``: run the fleet stage (``loopwarden fleet``) and
    the operator page (``loopwarden dashboard`` on 127.0.0.1:PORT, reading
    from the earliest records) beside the worker.
-5. With ``--demo TRACE.jsonl``: publish the trace, print each verdict as it
+5. With ``--demo [TRACE.jsonl]``: publish the trace (by default the sample
+   trace, package data so that an installed wheel has it), print each verdict as it
    arrives, and exit once every verdict ``loopwarden replay`` gives for the
    trace has arrived (with ``--dashboard``, keep running instead, so the
    page shows the demo). Each demo tags its run ids with ``@<stamp>`` so that a
@@ -40,9 +41,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from streams import kafka_clients
+from streams import kafka_clients, listen
 from streams.kafka_clients import KafkaSecurity
 from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
+
+#: What `up --demo` publishes when given no trace: examples/sample-trace.jsonl,
+#: linked into the package so that the wheel carries it.
+SAMPLE_TRACE = Path(__file__).resolve().with_name("sample-trace.jsonl")
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
@@ -53,6 +58,15 @@ class _Stop(Exception):
 
 def _say(text: str) -> None:
     print(f"loopwarden up: {text}", file=sys.stderr, flush=True)
+
+
+def _shown(path: Path) -> str:
+    """A path as `up` says it: from the current directory (`./data/kafka`,
+    the default wherever the checkout is) when it lies beneath it."""
+    try:
+        return f"./{path.relative_to(Path.cwd())}"
+    except ValueError:
+        return str(path)
 
 
 def _split(bootstrap: str) -> tuple[str, int]:
@@ -89,7 +103,7 @@ def _start_broker(settings: Settings, broker_dir: str | None, secure: bool = Fal
     if host not in LOCAL_HOSTS:
         raise BrokerError(f"nothing answers at {settings.bootstrap}, and it is not a local address to start one on")
     kind = "a secure local one (TLS, SASL/SCRAM, ACLs)" if secure else "a local one"
-    _say(f"no broker at {settings.bootstrap}: starting {kind} (data in {data_dir})")
+    _say(f"no broker at {settings.bootstrap}: starting {kind} (data in {_shown(data_dir)})")
     broker = LocalBroker(port=port, data_dir=data_dir, secure=secure)
     broker.start()
     _say(f"Kafka is up at {broker.bootstrap} (pid {broker.pid})")
@@ -234,7 +248,7 @@ class Children:
             path = self.log_dir / f"{name.replace(' ', '-')}.log"
             out = open(path, "ab")
             self._logs.append(out)
-            _say(f"starting the {name} (log: {path})")
+            _say(f"starting the {name} (log: {_shown(path)})")
         proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", *argv],
             stdout=out,
@@ -285,7 +299,7 @@ def _page_argv(settings: Settings, port: int, page_security: KafkaSecurity) -> t
 def run_up(args: argparse.Namespace) -> int:
     from streams.tools.broker import BrokerError
     from streams.tools.secure import SecureSetupError
-    from schemas.configfile import load_config
+    from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
     from streams.worker.topics import TopicError, ensure_topics
 
@@ -294,9 +308,18 @@ def run_up(args: argparse.Namespace) -> int:
     load_policy(settings.policy_path)  # and so does a bad policy
     for note in resolved.notes:
         _say(f"config: {note}")
+    if rolling_off(resolved.config):
+        _say(f"config: {ROLLING_OFF}")
     if args.demo and not Path(args.demo).is_file():
         _say(f"no such demo trace: {args.demo}")
         return 2
+    try:
+        for number in (args.dashboard, settings.web_port):  # taken ports are named before anything starts
+            if number is not None:
+                listen.check_free(listen.WEB_HOST, number)
+    except listen.CannotListen as exc:
+        _say(str(exc))
+        return 1
     if args.secure:
         try:
             _check_secure_names(settings)

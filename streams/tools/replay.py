@@ -15,20 +15,22 @@ from schemas.policy import FleetPolicy
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from streams.apply import apply_safely
+from streams.tools.progress import Tally
 
 _BLOCK = 1 << 16
 """Output is written in blocks of about this many bytes."""
 
 
-class Refusals:
-    """Reports each refused input line on `err`, and counts them."""
+class Refusals(Tally):
+    """Reports each refused input line on `err`; counts them, the events and
+    the verdicts, for the summary line."""
 
     def __init__(self, err: TextIO) -> None:
+        super().__init__()
         self.err = err
-        self.count = 0
 
     def __call__(self, number: int, exc: BadEvent) -> None:
-        self.count += 1
+        self.dead_letters += 1
         self.err.write(f"line {number}: {exc}\n")
 
 
@@ -37,9 +39,11 @@ def decide(
 ) -> Iterator[Verdict]:
     """The verdicts of these events, in the order the engine decides them."""
     states: dict[str, RunState] = {}
+    decisions = refusals.decisions
     for number, line in enumerate(lines, 1):
         if not line or line.isspace():  # as `not line.strip()`, without copying the line
             continue
+        refusals.events += 1
         try:
             event = decode_event(line)
             outcome = apply_safely(states.get(event.run_id), event, config, policy)
@@ -47,14 +51,22 @@ def decide(
             refusals(number, exc)
             continue
         states[event.run_id] = outcome.state
-        yield from outcome.verdicts
+        for verdict in outcome.verdicts:
+            decisions[verdict.decision] += 1
+            yield verdict
 
 
 def replay(
-    lines: Iterable[bytes], config: FleetConfig, out: BinaryIO, err: TextIO, policy: FleetPolicy | None = None
+    lines: Iterable[bytes],
+    config: FleetConfig,
+    out: BinaryIO,
+    err: TextIO,
+    policy: FleetPolicy | None = None,
+    refusals: Refusals | None = None,
 ) -> int:
-    """Write one verdict line per verdict; return how many input lines were refused."""
-    refusals = Refusals(err)
+    """Write one verdict line per verdict; return how many input lines were
+    refused. `refusals`, when given, keeps the counts for a summary."""
+    refusals = refusals or Refusals(err)
     buffer = bytearray()
     for verdict in decide(lines, config, refusals, policy):
         append_verdict(buffer, verdict)
@@ -63,4 +75,4 @@ def replay(
             buffer.clear()
     out.write(buffer)
     out.flush()
-    return refusals.count
+    return refusals.dead_letters

@@ -67,7 +67,7 @@ def tail(
     topic: str,
     out: BinaryIO,
     *,
-    from_beginning: bool = False,
+    start: str = "latest",
     max_records: int | None = None,
     timeout: float | None = None,
     idle: float | None = None,
@@ -76,7 +76,8 @@ def tail(
     stop=None,
     security: KafkaSecurity = PLAINTEXT,
 ) -> int:
-    """Print records as they arrive; returns how many were printed.
+    """Print records as they arrive, from `start` (earliest, latest, or a
+    time or duration ago as `parse_since` reads it); returns how many were printed.
 
     Stops after ``max_records`` (counted after dedupe), after ``timeout``
     seconds in all, after ``idle`` seconds without a record, or when
@@ -85,7 +86,7 @@ def tail(
     from kafka import TopicPartition
     from kafka.errors import TopicAuthorizationFailedError
 
-    from streams.tools.audit import read_refused
+    from streams.tools.audit import parse_since, read_refused
     from streams.worker.topics import TopicNotAuthorized, describe_partitions
 
     started = time.monotonic()
@@ -110,12 +111,17 @@ def tail(
             time.sleep(0.2)
         assignment = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assignment)
-        if from_beginning:
+        if start == "earliest":
             consumer.seek_to_beginning(*assignment)
         else:
             consumer.seek_to_end(*assignment)
             for tp in assignment:  # resolve "end" now, not at the first poll
                 consumer.position(tp)
+            if start != "latest":
+                found = consumer.offsets_for_times({tp: parse_since(start) for tp in assignment})
+                for tp, at in found.items():
+                    if at is not None:
+                        consumer.seek(tp, at.offset)
         last = time.monotonic()
         while True:
             now = time.monotonic()

@@ -29,7 +29,8 @@ from mode.utils.queues import FlowControlEvent
 
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
-from streams import kafka_clients
+from streams import kafka_clients, listen
+from streams.listen import WEB_HOST
 from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
@@ -139,7 +140,7 @@ def create_app(
         producer_partitioner=transport.KeyPartitioner(),
         web_enabled=settings.web_port is not None,
         web_port=settings.web_port or 6066,
-        web_host="127.0.0.1",
+        web_host=WEB_HOST,
     )
     events = app.topic(
         settings.topics.events,
@@ -277,17 +278,35 @@ class Worker(FaustWorker):
 
 
 def connection_accepted(
-    logger: logging.Logger, bootstrap: str, security: kafka_clients.KafkaSecurity, group: str | None = None
+    logger: logging.Logger,
+    bootstrap: str,
+    security: kafka_clients.KafkaSecurity,
+    group: str | None = None,
+    timeout: float = kafka_clients.DEFAULT_CONNECT_TIMEOUT,
 ) -> bool:
-    """Whether the brokers accept this connection, and this user in consumer
-    group `group` when one is given; if not, one `startup_failed` line naming
-    what they refused (TLS, SASL, a plaintext client on TLS, the group)."""
+    """Whether the brokers answer within `timeout` and accept this
+    connection, and this user in consumer group `group` when one is given;
+    if not, one `startup_failed` line naming what failed (no answer, TLS,
+    SASL, a plaintext client on TLS, the group)."""
     try:
         if group is None:
-            kafka_clients.check_connection(bootstrap, security)
+            kafka_clients.check_connection(bootstrap, security, timeout)
         else:
             kafka_clients.check_group(bootstrap, security, group)
-    except kafka_clients.ConnectionRefused as exc:
+    except kafka_clients.CannotConnect as exc:
+        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
+        return False
+    return True
+
+
+def web_port_free(logger: logging.Logger, port: int | None) -> bool:
+    """Whether the web server can listen on `port` (None: no web server); if
+    not, one `startup_failed` line, before Faust would fail on it with a traceback."""
+    if port is None:
+        return True
+    try:
+        listen.check_free(WEB_HOST, port)
+    except listen.CannotListen as exc:
         logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
         return False
     return True
@@ -299,21 +318,25 @@ def run_worker(settings: Settings) -> int:
     Returns the process exit code; a config error raises ConfigError (the CLI
     turns it into exit 2) before anything connects to Kafka.
     """
-    from schemas.configfile import load_config
+    from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
-    from streams.worker.topics import TopicError, describe_partitions, ensure_topics, log_created
+    from streams.worker.topics import TopicError, ensure_topics, log_created, require_topic
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
     resolved = load_config(settings.config_path)
     policy = load_policy(settings.policy_path)
     for note in resolved.notes:
         logs.event(log, logging.WARNING, note, event="config_corrected")
+    if rolling_off(resolved.config):
+        logs.event(log, logging.INFO, ROLLING_OFF, event="rolling_off")
     try:
         transport.codec_for(settings.changelog_compression)
     except ValueError as exc:
         logs.event(log, logging.ERROR, f"--changelog-compression: {exc}", event="startup_failed")
         return 2
-    if not connection_accepted(log, settings.bootstrap, settings.security):
+    if not web_port_free(log, settings.web_port):
+        return 1
+    if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
         return 2
     try:
         if settings.create_topics:
@@ -321,10 +344,7 @@ def run_worker(settings: Settings) -> int:
             log_created(log, states)
             partitions = states[0].partitions
         else:
-            found = describe_partitions(settings.bootstrap, [settings.topics.events], security=settings.security)
-            if settings.topics.events not in found:
-                raise TopicError(f"events topic {settings.topics.events} does not exist (and --no-create-topics)")
-            partitions = found[settings.topics.events]
+            partitions = require_topic(settings.bootstrap, settings.topics.events, security=settings.security)
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, check_connection, security_from
+from streams.listen import port
+from streams.kafka_clients import (
+    DEFAULT_CONNECT_TIMEOUT,
+    PLAINTEXT,
+    SETTINGS,
+    KafkaSecurity,
+    check_connection,
+    security_from,
+)
 
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
@@ -98,6 +106,7 @@ class Settings:
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     security: KafkaSecurity = PLAINTEXT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     config_path: str | None = None
     policy_path: str | None = None
     app_id: str = "loopwarden"
@@ -146,13 +155,40 @@ def default_bootstrap(value: str | None = None) -> str:
     return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True
+) -> None:
+    """--bootstrap, the security flags, --connect-timeout unless the command
+    waits for the brokers however long they take (`connect_timeout`), and
+    --verbose for a command that does not set up logs of its own (`verbose`)."""
     parser.add_argument(
         "--bootstrap",
         metavar="HOST:PORT",
         help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )
+    add_reach_options(parser, verbose=verbose, connect_timeout=connect_timeout)
     add_security_options(parser)
+
+
+def add_reach_options(parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True) -> None:
+    """How long a command waits for the brokers, and whether their client's own log lines are shown."""
+    if connect_timeout:
+        parser.add_argument(
+            "--connect-timeout",
+            type=duration,
+            metavar="DURATION",
+            default=DEFAULT_CONNECT_TIMEOUT,
+            help="give up when no bootstrap server answers within this long; 0 leaves it to the Kafka client's own "
+            f"retries (default {format_duration(DEFAULT_CONNECT_TIMEOUT)})",
+        )
+    if not verbose:
+        return
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the Kafka client's own log lines (connection retries, metadata refreshes)",
+    )
 
 
 def add_security_options(parser: argparse.ArgumentParser) -> None:
@@ -164,15 +200,16 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
             setting.flag,
             dest=f"kafka_{setting.field}",
             metavar=setting.flag.removeprefix("--").split("-", 1)[1].upper().replace("-", "_"),
-            help=f"{setting.help} (default ${setting.env})",
+            help=f"{setting.help} (default ${setting.env}{', else ' + setting.fallback if setting.fallback else ''})",
         )
 
 
 def connection_from_args(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
     """A command's bootstrap and security, checked against the brokers
-    (`check_connection`: ConnectionRefused names what was refused)."""
+    (`check_connection`: ConnectionRefused names what was refused,
+    KafkaUnreachable the servers that did not answer within --connect-timeout)."""
     bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
-    check_connection(bootstrap, security)
+    check_connection(bootstrap, security, args.connect_timeout)
     return bootstrap, security
 
 
@@ -181,13 +218,20 @@ def security_from_args(args: argparse.Namespace) -> KafkaSecurity:
     return security_from({setting.field: getattr(args, f"kafka_{setting.field}", None) for setting in SETTINGS})
 
 
-def add_topic_options(parser: argparse.ArgumentParser) -> None:
+def add_topic_names(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """--events-topic, --decisions-topic and --deadletter-topic, in a group of their own."""
     group = parser.add_argument_group("topics")
     group.add_argument("--events-topic", default=EVENTS_TOPIC, help=f"input topic (default {EVENTS_TOPIC})")
     group.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"verdict topic (default {DECISIONS_TOPIC})")
     group.add_argument(
         "--deadletter-topic", default=DEADLETTER_TOPIC, help=f"refused events (default {DEADLETTER_TOPIC})"
     )
+    return group
+
+
+def add_topic_options(parser: argparse.ArgumentParser) -> None:
+    """The topic names and how the topics are created."""
+    group = add_topic_names(parser)
     group.add_argument(
         "--partitions",
         type=positive_int,
@@ -302,7 +346,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
     parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
     parser.add_argument(
-        "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
+        "--web-port", type=port, help="serve Faust's web endpoints on this port (default: no web server)"
     )
     parser.add_argument(
         "--trace-stages",
@@ -336,6 +380,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         bootstrap=default_bootstrap(args.bootstrap),
         security=security_from_args(args),
+        connect_timeout=args.connect_timeout,
         config_path=args.config,
         policy_path=args.policy,
         app_id=args.app_id or os.environ.get(APP_ID_ENV) or "loopwarden",
@@ -374,6 +419,8 @@ def worker_argv(settings: Settings) -> list[str]:
     argv = [
         "--bootstrap",
         settings.bootstrap,
+        "--connect-timeout",
+        format_duration(settings.connect_timeout),
         "--app-id",
         settings.app_id,
         "--events-topic",

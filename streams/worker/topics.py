@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from schemas.topics import INCIDENTS_TOPIC
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity, not_authorized
-from streams.worker.settings import Topics
+from streams.worker.settings import DEFAULT_BOOTSTRAP, Topics
 
 log = logging.getLogger("loopwarden.topics")
+
+#: Seconds an admin request (create, list, describe) may take.
+ADMIN_TIMEOUT = 30.0
 
 TOPIC_AUTHORIZATION_FAILED = 29
 TOPIC_ALREADY_EXISTS = 36
@@ -38,6 +41,20 @@ class TopicError(RuntimeError):
     """A topic could not be created or described."""
 
 
+def missing_topic(topic: str, bootstrap: str) -> str:
+    """How every command says that a topic it needs is not there, and which command creates it."""
+    where = "" if bootstrap == DEFAULT_BOOTSTRAP else f" --bootstrap {bootstrap}"
+    return f"topic {topic} does not exist: create it with `loopwarden topics create{where}`"
+
+
+def require_topic(bootstrap: str, topic: str, *, security: KafkaSecurity = PLAINTEXT) -> int:
+    """The partition count of `topic`; TopicError (`missing_topic`) when there is no such topic."""
+    found = describe_partitions(bootstrap, [topic], security=security)
+    if topic not in found:
+        raise TopicError(missing_topic(topic, bootstrap))
+    return found[topic]
+
+
 class TopicNotAuthorized(TopicError):
     """The principal may not describe a topic (the ACLs refuse it)."""
 
@@ -49,7 +66,7 @@ class TopicState:
     created: bool
 
 
-def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT):
+def admin_client(bootstrap: str, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT):
     ms = int(timeout * 1000)
     return kafka_clients.admin(
         bootstrap,
@@ -65,7 +82,7 @@ def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
     try:
         return admin_client(bootstrap, timeout, security)
     except Exception as exc:
-        raise TopicError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+        raise TopicError(f"cannot reach Kafka at {bootstrap}: {kafka_clients.describe_error(exc)}") from None
 
 
 def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
@@ -83,7 +100,7 @@ def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTE
 
 
 def ensure_topics(
-    bootstrap: str, topics: Topics, *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str, topics: Topics, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> list[TopicState]:
     """Create whichever of the three topics are missing; describe them all."""
     plan = topics.plan()
@@ -110,7 +127,7 @@ def ensure_project_topics(
     *,
     incidents_topic: str = INCIDENTS_TOPIC,
     incidents_partitions: int | None = None,
-    timeout: float = 30.0,
+    timeout: float = ADMIN_TIMEOUT,
     security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """The three topics and the fleet stage's output (`incidents_partitions`,
@@ -126,7 +143,7 @@ def ensure(
     plan: list[tuple[str, int, dict[str, str]]],
     replication_factor: int,
     *,
-    timeout: float = 30.0,
+    timeout: float = ADMIN_TIMEOUT,
     security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
@@ -160,7 +177,7 @@ def ensure(
     except TopicError:
         raise
     except Exception as exc:
-        raise TopicError(f"cannot create topics on {bootstrap}: {type(exc).__name__}: {exc}") from None
+        raise TopicError(f"cannot create topics on {bootstrap}: {kafka_clients.describe_error(exc)}") from None
     finally:
         admin.close()
 
@@ -181,8 +198,51 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as `loopwarden topics describe` shows it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    leaders: tuple[int, ...]  # broker id per partition, -1 while it has none
+
+
+def list_topics(
+    bootstrap: str, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
+) -> dict[str, int]:
+    """Every topic but Kafka's internal ones (`__consumer_offsets`, ...), by name, with its partition count."""
+    admin = _connected_admin(bootstrap, timeout, security)
+    try:
+        names = [name for name in admin.list_topics() if not name.startswith("__")]
+        return dict(sorted(partitions_of(admin, names, security).items()))
+    finally:
+        admin.close()
+
+
+def describe(
+    bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
+) -> list[TopicDescription]:
+    """The topics of `names` that exist, in that order, with their partitions' leaders."""
+    admin = _connected_admin(bootstrap, timeout, security)
+    try:
+        found = {}
+        for topic in admin.describe_topics(list(names)):
+            if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
+                raise TopicNotAuthorized(not_authorized(f"describe topic {topic['name']}", security))
+            parts = sorted(topic.get("partitions") or [], key=lambda part: part["partition_index"])
+            if topic.get("error_code", 0) == 0 and parts:
+                replicas = max(len(part["replica_nodes"]) for part in parts)
+                found[topic["name"]] = TopicDescription(
+                    topic["name"], len(parts), replicas, tuple(part["leader_id"] for part in parts)
+                )
+        return [found[name] for name in names if name in found]
+    finally:
+        admin.close()
+
+
 def describe_partitions(
-    bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
     admin = _connected_admin(bootstrap, timeout, security)
     try:

@@ -367,9 +367,11 @@ def test_replay_reads_a_current_gateway_file_and_warns_about_an_agent_in_both_sh
     ]
     proc = run_cli("--config", str(config_file), "-", stdin="".join(json.dumps(e) + "\n" for e in events).encode())
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.decode() == (
+    warning, summary = proc.stderr.decode().splitlines()
+    assert warning == (
         "loopwarden: warning: agent 'builder' is configured in both agents.entries.builder and agents.list[0]; "
-        "using agents.entries.builder\n"
+        "using agents.entries.builder"
     )
+    assert summary.startswith("replay: 11 events, 11 verdicts (10 allow, 1 warn), 0 dead letters, ")
     decisions = [json.loads(line)["decision"] for line in proc.stdout.splitlines()]
     assert decisions[10] == "warn"  # the entries block (enabled) applies, not the list's

@@ -100,5 +100,7 @@ def test_a_missing_decision_topic_stops_the_stage_at_start_up(broker, tmp_path):
     with FleetStage(broker.bootstrap, topics, tmp_path, "fleet") as stage:
         assert stage.proc.wait(60) == 1
     (failed,) = stage.lines("startup_failed")
-    assert failed["msg"] == f"decisions topic {topics['decisions']} does not exist (loopwarden topics create)"
+    assert failed["msg"] == (
+        f"topic {topics['decisions']} does not exist: create it with `loopwarden topics create --bootstrap {broker.bootstrap}`"
+    )
     assert stage.lines("topic_created") == []  # nothing made for a stage that cannot run

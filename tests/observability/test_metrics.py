@@ -190,8 +190,10 @@ def test_verdict_latency_is_observed_from_the_events_ts(monkeypatch: pytest.Monk
     metrics = WorkerMetrics()
     metrics.verdict_sent(1_000.0 - 0.012)  # published 12 ms before the send
     metrics.verdict_sent(1_000.0 - 0.3)
-    for not_a_publish_time in (None, "2026-12-02T05:00:00Z", 1_000.5):  # none, a string, later than the worker's clock
+    for not_a_publish_time in (None, "2026-12-02T05:00:00Z"):
         metrics.verdict_sent(not_a_publish_time)
+    for implausible in (1_000.5, 1_000.0 - 3_601):  # later than the worker's clock, more than an hour before it
+        metrics.verdict_sent(implausible)
     values = scrape(metrics)
 
     def bucket(le: str) -> float:
@@ -201,6 +203,13 @@ def test_verdict_latency_is_observed_from_the_events_ts(monkeypatch: pytest.Monk
     assert values[("loopwarden_verdict_latency_seconds_sum", ())] == pytest.approx(0.312)
     assert (bucket("0.01"), bucket("0.015"), bucket("0.25"), bucket("0.5"), bucket("+Inf")) == (0, 1, 1, 2, 2)
     assert "# TYPE loopwarden_verdict_latency_seconds histogram" in metrics.render().decode().splitlines()
+    assert values[("loopwarden_verdict_latency_out_of_window_total", ())] == 2
+
+
+def test_the_standard_process_and_python_metrics_are_exported() -> None:
+    names = {name for name, _ in scrape(WorkerMetrics())}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"} <= names
+    assert any(name.startswith("python_gc_") for name in names)
 
 
 def test_aborts_are_counted_by_error():

@@ -45,7 +45,12 @@ def test_an_agent_block_merges_key_by_key_over_the_top_level() -> None:
             "agents.cheap-model.escalation.window: must be at least blockedCalls (3), got 2",
         ),
         ({"escalation": {"blockedCalls": 11}}, "escalation.window: must be at least blockedCalls (11), got 10"),
-        ({"mode": "audit"}, "mode: Invalid enum value 'audit'"),
+        ({"mode": "audit"}, "mode: Invalid enum value 'audit' (expected one of: enforce, shadow)"),
+        ({"agents": {"a.b": {"mode": 1}}}, "agents.a.b.mode: Expected `str`, got `int`"),
+        (
+            {"agents": {"a.b": {"mode": "enforcing"}}},
+            "agents.a.b.mode: Invalid enum value 'enforcing' (expected one of: enforce, shadow)",
+        ),
         ({"budget": {"maxToolCalls": -1}}, "budget.maxToolCalls: Expected `int` >= 0"),
         ({"budget": {"maxToolCalls": 1.5}}, "budget.maxToolCalls: Expected `int`, got `float`"),
         ({"escalation": {"window": 0}}, "escalation.window: Expected `int` >= 1"),

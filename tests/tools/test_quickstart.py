@@ -47,6 +47,7 @@ def test_up_plaintext_default_is_unchanged(broker, tmp_path: Path) -> None:
     run = _up(tmp_path, "--bootstrap", broker.bootstrap)
     _check_demo(run)
     assert f"using the Kafka broker at {broker.bootstrap}" in run.stderr
+    assert "loopwarden up: starting the worker (log: ./data/worker.log)" in run.stderr  # beneath the current directory
 
 
 def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tm
     assert (logs / "kafka" / "secrets" / "gateway.env").exists()
 
 
-def test_up_stops_everything_when_the_dashboard_cannot_listen(broker, tmp_path: Path) -> None:
+def test_up_names_a_taken_dashboard_port_before_starting_anything(broker, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -105,7 +106,6 @@ def test_up_stops_everything_when_the_dashboard_cannot_listen(broker, tmp_path: 
             timeout=240,
         )
     assert run.returncode == 1, run.stderr
-    assert f"loopwarden dashboard: cannot listen on 127.0.0.1:{port}" in run.stderr
-    assert "loopwarden up: the dashboard exited (1)" in run.stderr
-    stops = [line for line in run.stderr.splitlines() if line.startswith("loopwarden up: stopping the")]
-    assert stops == ["loopwarden up: stopping the fleet stage", "loopwarden up: stopping the worker"]
+    assert run.stderr.splitlines()[-1] == f"loopwarden up: cannot listen on 127.0.0.1:{port}: address already in use"
+    assert "starting" not in run.stderr and "stopping" not in run.stderr
+    assert not (tmp_path / "data").exists()  # no worker, no stage, no page: nothing was started

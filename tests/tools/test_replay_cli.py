@@ -129,7 +129,9 @@ def test_malformed_lines_reported_with_line_numbers_and_skipped(tmp_path, config
     proc = run_cli("--config", str(config_file), str(events))
     assert proc.returncode == 1
     err = proc.stderr.decode().splitlines()
-    assert [line.split(":")[0] for line in err] == ["line 3", "line 5", "line 8"]
+    *refused, summary = err
+    assert [line.split(":")[0] for line in refused] == ["line 3", "line 5", "line 8"]
+    assert summary.startswith("replay: 15 events, ") and ", 3 dead letters, " in summary
     # processing continued: every good call still has its verdict, in order
     assert proc.stdout == expected_output(good, low())
 

@@ -14,6 +14,7 @@ from kafka import TopicPartition
 from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from helpers import LOOPWARDEN, REPO, env_file, make_trace, produce
+from schemas.configfile import ROLLING_OFF
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.settings import FLEET_APP_ID
 from streams import kafka_clients
@@ -210,7 +211,7 @@ def test_tail_refused_a_topic_says_so_at_once(secure_broker, role: str, topic: s
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr == (
-        f"loopwarden tail: not authorized to read topic {topic}: the ACLs of user {role} do not allow it\n"
+        f"loopwarden: not authorized to read topic {topic}: the ACLs of user {role} do not allow it\n"
     )
 
 
@@ -242,9 +243,10 @@ def test_audit_and_explain_refused_with_or_without_something_to_read(
         timeout=120,
     )
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
-    assert done.stderr == (
-        f"loopwarden {command[0]}: not authorized to read topic {EVENTS_TOPIC}: the ACLs of user gateway do not allow it\n"
-    )
+    assert done.stderr.splitlines() == [
+        f"loopwarden: note: {ROLLING_OFF}",  # no --config
+        f"loopwarden: not authorized to read topic {EVENTS_TOPIC}: the ACLs of user gateway do not allow it",
+    ]
 
 
 def test_the_worker_cannot_forge_events(secure_broker) -> None:

@@ -1,6 +1,7 @@
 """The package as the Docker image gets it: the built wheel, installed into a
 fresh virtual environment, run from a directory outside the checkout. The
-broker commands must find the pom and the server template in the package."""
+broker commands must find the pom and the server template in the package, and
+`up --demo` the sample trace."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import venv
 from pathlib import Path
 
 import pytest
+
+from helpers import reference
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +52,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env_dir
 
 
-def run(env_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LOOPWARDEN_KAFKA_HOME")}
-    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+def run(env_dir: Path, cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LOOPWARDEN_KAFKA_HOME", "LOOPWARDEN_CONFIG")}
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def test_commands_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
@@ -93,3 +96,19 @@ def test_a_broker_starts_from_the_wheel(installed: Path, tmp_path: Path) -> None
     finally:
         stopped = run(installed, tmp_path, loopwarden, "broker", "stop", "--data-dir", str(data))
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_the_demo_runs_from_the_wheel(installed: Path, tmp_path: Path, broker) -> None:
+    """`up --demo` with no file publishes the sample trace the wheel carries
+    (a file of its own, the checkout's examples/sample-trace.jsonl), and every
+    verdict replay gives for it arrives."""
+    loopwarden = str(installed / "bin" / "loopwarden")
+    done = run(installed, tmp_path, loopwarden, "up", "--bootstrap", broker.bootstrap, "--demo", timeout=240)
+    assert done.returncode == 0, done.stderr
+    sample = ROOT / "examples" / "sample-trace.jsonl"
+    (packaged,) = installed.glob("lib/python*/site-packages/streams/tools/sample-trace.jsonl")
+    assert not packaged.is_symlink() and packaged.read_bytes() == sample.read_bytes()
+    assert f"events of {packaged}" in done.stderr
+    expected = reference(sample.read_bytes().splitlines(), None)
+    assert f"all {len(expected)} verdicts arrived" in done.stderr
+    assert len(done.stdout.splitlines()) == len(expected)

@@ -102,7 +102,7 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     refused = _audit(folder / "gateway.env", config)
     assert refused.returncode == 2
     assert refused.stderr.endswith(
-        "loopwarden audit: not authorized to read topic loopwarden.events: the ACLs of user gateway do not allow it\n"
+        "loopwarden: not authorized to read topic loopwarden.events: the ACLs of user gateway do not allow it\n"
     )
 
     log = first.log() + again.log()
