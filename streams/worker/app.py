@@ -355,6 +355,7 @@ def run_worker(settings: Settings) -> int:
         changelog_compression=settings.changelog_compression,
         standby_replicas=settings.standby_replicas,
         ttl=settings.ttl,
+        max_seq_jump=settings.max_seq_jump,
         data_dir=str(settings.data_dir),
         config=settings.config_path or os.environ.get("LOOPWARDEN_CONFIG") or "(defaults)",
     )

@@ -183,7 +183,9 @@ class Processor:
             slot = (message.partition, key)
             entry = self.states.load(slot)
             try:
-                outcome = apply_safely(entry.stored.state, decoded, self.config, self.policy)
+                outcome = apply_safely(
+                    entry.stored.state, decoded, self.config, self.policy, self.settings.max_seq_jump
+                )
             except BadEvent:
                 raise
             except Exception as exc:  # an engine bug must not stop the fleet

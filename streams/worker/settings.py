@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams.apply import DEFAULT_MAX_SEQ_JUMP, max_seq_jump
 from streams.kafka_clients import PLAINTEXT, SETTINGS, KafkaSecurity, check_connection, security_from
 
 BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
@@ -114,6 +115,7 @@ class Settings:
     changelog_compression: str = "none"
     fetch_hold: float = 0.0
     max_event_bytes: int = 1024 * 1024
+    max_seq_jump: int = DEFAULT_MAX_SEQ_JUMP  # $LOOPWARDEN_MAX_SEQ_JUMP, shared with replay, audit and explain
     session_timeout: float = 30.0
     heartbeat_interval: float = 3.0
     commit_interval: float = 2.8
@@ -352,6 +354,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         changelog_compression=args.changelog_compression,
         fetch_hold=args.fetch_hold,
         max_event_bytes=args.max_event_bytes,
+        max_seq_jump=max_seq_jump(),
         session_timeout=args.session_timeout,
         heartbeat_interval=args.heartbeat_interval,
         commit_interval=args.commit_interval,
