@@ -181,10 +181,11 @@ class _Waiter:
 
 
 class _Run:
-    __slots__ = ("agent_id", "aborted", "compacted", "lock", "next_seq")
+    __slots__ = ("agent_id", "aborted", "compacted", "first_seq", "lock", "next_seq")
 
     def __init__(self, next_seq: int) -> None:
         self.lock = threading.Lock()
+        self.first_seq = next_seq  # seqs in [first_seq, next_seq) are this client's
         self.next_seq = next_seq
         self.compacted = False  # only then can a result abort the run
         self.agent_id: str | None = None
@@ -255,7 +256,8 @@ class GuardClient:
         self._call_ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
         self.stats: collections.Counter[str] = collections.Counter()
-        """published, publish_failed, verdicts, duplicates, late, timeouts, fail_open, fail_closed, aborts"""
+        """published, publish_failed, verdicts, duplicates, late, foreign (answers to seqs this client did not
+        publish), timeouts, fail_open, fail_closed, aborts"""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -459,8 +461,15 @@ class GuardClient:
         return [self.check(call, max(0.0, deadline - time.monotonic())) for call in calls]
 
     def guard(self, run_id: str, tool_name: str, args: Any = UNSET, **kwargs: Any) -> tuple[Call, ClientVerdict]:
-        """`tool_call` and `check` in one step: returns (call, verdict)."""
+        """`tool_call` and `check` in one step: returns (call, verdict).
+
+        Once the run is aborted nothing more is published for it: the call
+        (seq -1, never sent) is answered with the stored abort."""
         timeout = kwargs.pop("timeout", None)
+        aborted = self.aborted(run_id)
+        if aborted is not None:
+            call_id = kwargs.get("tool_call_id") or f"lw-{self._prefix}-{next(self._call_ids)}"
+            return Call(run_id, -1, call_id, tool_name, args), aborted
         call = self.tool_call(run_id, tool_name, args, **kwargs)
         return call, self.check(call, timeout)
 
@@ -577,13 +586,18 @@ class GuardClient:
         except UnicodeDecodeError:
             return
         with self._lock:
-            mine = run_id in self._runs
-        if not mine:
+            run = self._runs.get(run_id)
+        if run is None:
             return  # another gateway's run: not even decoded
         try:
             verdict = _verdict_decoder.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("loopwarden: unreadable verdict for run %s: %s", run_id, exc)
+            return
+        if verdict.run_id != run_id or not run.first_seq <= verdict.seq < run.next_seq:
+            # Not an answer to an event this client published (another
+            # process's events under the same run id): it must not end the run.
+            self.stats["foreign"] += 1
             return
         ident = (verdict.run_id, verdict.seq)
         with self._lock:
