@@ -255,7 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
 
-    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+    from schemas.topics import (
+        DEADLETTER_TOPIC,
+        DECISIONS_TOPIC,
+        DECISIONS_TOPIC_ENV,
+        EVENTS_TOPIC,
+        EVENTS_TOPIC_ENV,
+        INCIDENTS_TOPIC,
+        decisions_topic,
+        events_topic,
+    )
     from streams.worker.settings import (
         add_connection_options,
         add_security_options,
@@ -299,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce = commands.add_parser("produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
-    produce.add_argument("--topic", default=EVENTS_TOPIC, help=f"default {EVENTS_TOPIC}")
+    produce.add_argument("--topic", default=events_topic(), help=f"default ${EVENTS_TOPIC_ENV} or {EVENTS_TOPIC}")
     produce.add_argument(
         "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
     )
@@ -307,7 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tail = commands.add_parser("tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
     add_connection_options(tail)
-    tail.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    tail.add_argument(
+        "--decisions-topic", default=decisions_topic(), help=f"default ${DECISIONS_TOPIC_ENV} or {DECISIONS_TOPIC}"
+    )
     tail.add_argument("--deadletter-topic", default=DEADLETTER_TOPIC, help=f"default {DEADLETTER_TOPIC}")
     tail.add_argument("--topic", help="tail this topic instead")
     tail.add_argument("--deadletter", action="store_true", help="tail the dead-letter topic, with reasons")
@@ -345,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(run=_up)
 
     from streams.tools.broker import add_broker_commands
+    from streams.tools.tenants import add_tenants_command
 
     broker = commands.add_parser(
         "broker",
@@ -354,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)
+    add_tenants_command(commands)
 
     audit = commands.add_parser(
         "audit", help="recompute verdicts from the events topic and compare them with the published ones"

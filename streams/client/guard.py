@@ -52,7 +52,7 @@ import msgspec
 from msgspec import UNSET
 
 from schemas.events import MAX_TURN_CHARS, Compaction, Event, RunEnd, ToolCall, ToolResult
-from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
+from schemas import topics
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
@@ -197,7 +197,8 @@ class GuardClient:
 
     Parameters:
         bootstrap_servers: Kafka bootstrap address(es).
-        events_topic / decisions_topic: topic names (defaults match the worker).
+        events_topic / decisions_topic: topic names; by default `$LOOPWARDEN_EVENTS_TOPIC` and
+            `$LOOPWARDEN_DECISIONS_TOPIC` (a tenant's gateway.env sets them), else the worker's defaults.
         timeout: seconds `check` waits for a verdict before the policy applies.
         policy: `"fail_open"` (allow, log a warning) or `"fail_closed"` (block).
         local_hashing: hash args and results in the gateway; send only hashes.
@@ -214,8 +215,8 @@ class GuardClient:
         self,
         bootstrap_servers: str | list[str],
         *,
-        events_topic: str = EVENTS_TOPIC,
-        decisions_topic: str = DECISIONS_TOPIC,
+        events_topic: str | None = None,
+        decisions_topic: str | None = None,
         timeout: float = 5.0,
         policy: Policy = "fail_open",
         local_hashing: bool = False,
@@ -232,8 +233,8 @@ class GuardClient:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
         self.bootstrap_servers = bootstrap_servers
-        self.events_topic = events_topic
-        self.decisions_topic = decisions_topic
+        self.events_topic = events_topic or topics.events_topic()
+        self.decisions_topic = decisions_topic or topics.decisions_topic()
         self.timeout = timeout
         self.policy: Policy = policy
         self.local_hashing = local_hashing

@@ -39,8 +39,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC, tenant_topics
 from streams.fleet.settings import FLEET_APP_ID
 from streams.kafka_clients import KafkaSecurity
 
@@ -244,20 +245,46 @@ def role_acls() -> list[object]:
     ]
 
 
-def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
-    """As the super user: add the roles' ACLs and create the project's topics,
-    the incident topic among them (both idempotent, so every start adds what is missing), then write the
-    env files. Returns once the broker enforces the ACLs: they reach its
-    authorizer through the metadata log, a moment after they are accepted."""
+def tenant_principal(name: str) -> str:
+    """The SCRAM user of tenant `name` (never one of the roles: those have no dash)."""
+    return f"tenant-{name}"
+
+
+def tenant_acls(name: str) -> list[object]:
+    """A tenant's literal ACLs: its principal writes its events and reads its
+    decisions, and nothing else (no group: its client reads without one); the
+    worker reads its events and writes its decisions, and reads those for the
+    fleet stage."""
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern
+    from kafka.admin import ResourceType
+
+    events, decisions = tenant_topics(name)
+    op = ACLOperation
+    grants = [
+        (tenant_principal(name), events, op.WRITE),
+        (tenant_principal(name), decisions, op.READ),
+        (WORKER, events, op.READ),
+        (WORKER, decisions, op.WRITE),
+        (WORKER, decisions, op.READ),
+    ]
+    return [
+        ACL(
+            f"User:{user}",
+            "*",
+            action,
+            ACLPermissionType.ALLOW,
+            ResourcePattern(ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL),
+        )
+        for user, topic, action in grants
+    ]
+
+
+def create_acls(admin: Any, wanted: list[object], timeout: float = 30.0) -> None:
+    """Add ACLs (idempotent) and return once the broker enforces them: they
+    reach its authorizer through the metadata log, a moment after they are accepted."""
     from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
     from kafka.admin import ResourcePatternFilter, ResourceType
 
-    from streams import kafka_clients
-    from streams.worker.settings import Topics
-    from streams.worker.topics import TopicError, ensure_project_topics
-
-    admin_security = role_security(data_dir, ADMIN)
-    wanted = role_acls()
     every_acl = ACLFilter(
         None,
         None,
@@ -265,16 +292,29 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
         ACLPermissionType.ANY,
         ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
     )
+    failed = admin.create_acls(wanted)["failed"]
+    if failed:
+        raise SecureSetupError(f"cannot create ACLs: {failed}")
+    deadline = time.monotonic() + timeout
+    while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
+        if time.monotonic() >= deadline:
+            raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
+        time.sleep(0.05)
+
+
+def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
+    """As the super user: add the roles' ACLs and create the project's topics,
+    the incident topic among them (both idempotent, so every start adds what is missing), then write the
+    env files. Returns once the broker enforces the ACLs: they reach its
+    authorizer through the metadata log, a moment after they are accepted."""
+    from streams import kafka_clients
+    from streams.worker.settings import Topics
+    from streams.worker.topics import TopicError, ensure_project_topics
+
+    admin_security = role_security(data_dir, ADMIN)
     admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
     try:
-        failed = admin.create_acls(wanted)["failed"]
-        if failed:
-            raise SecureSetupError(f"cannot create ACLs: {failed}")
-        deadline = time.monotonic() + timeout
-        while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
-            if time.monotonic() >= deadline:
-                raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
-            time.sleep(0.05)
+        create_acls(admin, role_acls(), timeout)
     finally:
         admin.close()
     try:

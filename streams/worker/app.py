@@ -36,6 +36,7 @@ from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 from streams.worker import transport
 from streams.worker.store import STORE_URL
+from streams.worker.tenants import Found, TenantWatch, discover
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -117,9 +118,15 @@ APP_DEFAULTS: dict[str, Any] = {
 
 
 def create_app(
-    settings: Settings, config: FleetConfig, events_partitions: int, policy: FleetPolicy | None = None
+    settings: Settings,
+    config: FleetConfig,
+    events_partitions: int,
+    policy: FleetPolicy | None = None,
+    tenants: Found = ([], {}),
 ) -> tuple[WorkerApp, Processor]:
-    """The Faust app with its topic, table, processing task and timers."""
+    """The Faust app with its topics, table, processing task and timers.
+    With a `--tenant-refresh`, `tenants` (`streams.worker.tenants.discover`)
+    are served from the start, and new ones looked for every refresh."""
     app = WorkerApp(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
@@ -141,14 +148,19 @@ def create_app(
         web_port=settings.web_port or 6066,
         web_host="127.0.0.1",
     )
-    events = app.topic(
-        settings.topics.events,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=events_partitions,
-    )
+
+    def subscribe(name: str) -> None:
+        """Subscribed, acknowledged, committed as an agent's topic would be."""
+        topic = app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=events_partitions,
+        )
+        app.topics.add(topic)
+
     table = app.Table(
         TABLE_NAME,
         key_type=bytes,  # bytes types mean the "raw" serializer: no codec work
@@ -165,7 +177,15 @@ def create_app(
     processor = Processor(app, settings, config, table, policy)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
-    app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
+    subscribe(settings.topics.events)
+    if settings.tenant_refresh > 0:
+        watch = TenantWatch(settings.bootstrap, settings.security, events_partitions, processor.topics, subscribe)
+        watch.take(*tenants)
+
+        async def look_for_tenants() -> None:
+            await watch.refresh()
+
+        app.timer(settings.tenant_refresh, name="loopwarden.tenants")(look_for_tenants)
     app.intake = processor
     app.fetch_hold = settings.fetch_hold
     app.changelog_compression = settings.changelog_compression
@@ -330,6 +350,13 @@ def run_worker(settings: Settings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
+    tenants: Found = ([], {})
+    if settings.tenant_refresh > 0:
+        try:
+            tenants = discover(settings.bootstrap, settings.security, partitions)
+        except TopicError as exc:
+            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+            return 1
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(
@@ -338,7 +365,7 @@ def run_worker(settings: Settings) -> int:
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
         )
-    app, _processor = create_app(settings, resolved.config, partitions, policy)
+    app, _processor = create_app(settings, resolved.config, partitions, policy, tenants)
     logs.event(
         log,
         logging.INFO,
@@ -350,6 +377,7 @@ def run_worker(settings: Settings) -> int:
         events=settings.topics.events,
         decisions=settings.topics.decisions,
         deadletter=settings.topics.deadletter,
+        tenants=",".join(tenants[0]) or "none",
         partitions=partitions,
         guarantee=settings.processing_guarantee,
         changelog_compression=settings.changelog_compression,

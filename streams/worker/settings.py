@@ -122,6 +122,7 @@ class Settings:
     recovery_delay: float = 0.5
     stop_timeout: float = 25.0
     stats_interval: float = 60.0
+    tenant_refresh: float = 30.0  # 0: serve only the worker's own topics
     create_topics: bool = True
     web_port: int | None = None
     trace_stages: Path | None = None  # benchmark diagnostics: per-verdict stage clocks (streams/worker/stages.py)
@@ -302,6 +303,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "nothing acknowledged is lost; below the supervisor's grace period",
     )
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
+    _duration_option(
+        parser,
+        "--tenant-refresh",
+        "tenant_refresh",
+        "how often to look for tenants' topics (loopwarden.NAME.events) to serve besides the worker's own; "
+        "0 serves only the worker's own",
+    )
     parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
     parser.add_argument(
         "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
@@ -361,6 +369,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         recovery_delay=args.recovery_delay,
         stop_timeout=args.stop_timeout,
         stats_interval=args.stats_interval,
+        tenant_refresh=args.tenant_refresh,
         create_topics=not args.no_create_topics,
         web_port=args.web_port,
         trace_stages=args.trace_stages,
@@ -423,6 +432,8 @@ def worker_argv(settings: Settings) -> list[str]:
         format_duration(settings.stop_timeout),
         "--stats-interval",
         format_duration(settings.stats_interval),
+        "--tenant-refresh",
+        format_duration(settings.tenant_refresh),
         "--loglevel",
         settings.loglevel,
         "--log-format",

@@ -60,7 +60,7 @@ def admin_client(bootstrap: str, timeout: float = 30.0, security: KafkaSecurity 
     )
 
 
-def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
+def connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
     """An admin client, or TopicError when the brokers cannot be reached."""
     try:
         return admin_client(bootstrap, timeout, security)
@@ -131,7 +131,7 @@ def ensure(
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
     missing; describe them all, in the plan's order."""
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         existing = partitions_of(admin, [name for name, _, _ in plan], security)
         missing = {
@@ -184,7 +184,7 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
 def describe_partitions(
     bootstrap: str, names: Iterable[str], *, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         return partitions_of(admin, names, security)
     finally:
