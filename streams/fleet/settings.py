@@ -14,6 +14,7 @@ from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.worker.settings import (
     DATA_DIR_ENV,
     DEFAULT_PARTITIONS,
+    add_web_host_option,
     default_bootstrap,
     duration,
     format_duration,
@@ -95,6 +96,7 @@ class FleetSettings:
     session_timeout: float = 30.0
     loglevel: str = "info"
     web_port: int | None = None
+    web_host: str = "127.0.0.1"  # where --web-port listens
 
     @property
     def repartition_topic(self) -> str:
@@ -155,6 +157,7 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web-port", type=int, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
     )
+    add_web_host_option(parser)
 
 
 def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
@@ -178,4 +181,5 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         session_timeout=args.session_timeout,
         loglevel=args.loglevel,
         web_port=args.web_port,
+        web_host=args.web_host,
     )

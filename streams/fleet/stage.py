@@ -31,7 +31,7 @@ from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
-from streams.worker.app import APP_DEFAULTS, log_rebalances
+from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
@@ -78,9 +78,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        web_enabled=settings.web_port is not None,
-        web_port=settings.web_port or 6066,
-        web_host="127.0.0.1",
+        **web_settings(settings.web_port, settings.web_host),
     )
     metrics = FleetMetrics()
     if settings.web_port is not None:

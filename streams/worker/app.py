@@ -117,12 +117,32 @@ APP_DEFAULTS: dict[str, Any] = {
 }
 
 
+def web_settings(port: int | None, host: str) -> dict[str, Any]:
+    """Faust's web server for `/metrics` only: bound to `host` (127.0.0.1
+    unless `--web-host` says otherwise; Faust binds 0.0.0.0 by default), and
+    none of Faust's own pages. `/table/...` would show any run's stored
+    history, and `/router`, `/graph` and the stats more of the worker, to
+    anyone who reaches the port, past every ACL."""
+    return {
+        "web_enabled": port is not None,
+        "web_port": port or 6066,
+        "web_bind": host,
+        "web_host": host,
+        "web_tables_enabled": False,
+        "web_router_enabled": False,
+        "web_graph_enabled": False,
+        "web_stats_enabled": False,
+        "web_metrics_enabled": False,
+    }
+
+
 def create_app(
     settings: Settings,
     config: FleetConfig,
     events_partitions: int,
     policy: FleetPolicy | None = None,
-    tenants: Found = ([], {}),
+    tenants: Found = ({}, {}),
+    decisions_partitions: int | None = None,
 ) -> tuple[WorkerApp, Processor]:
     """The Faust app with its topics, table, processing task and timers.
     With a `--tenant-refresh`, `tenants` (`streams.worker.tenants.discover`)
@@ -144,9 +164,7 @@ def create_app(
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_partitioner=transport.KeyPartitioner(),
-        web_enabled=settings.web_port is not None,
-        web_port=settings.web_port or 6066,
-        web_host="127.0.0.1",
+        **web_settings(settings.web_port, settings.web_host),
     )
 
     def subscribe(name: str) -> None:
@@ -174,7 +192,7 @@ def create_app(
             "block_cache_compressed_size": 0,
         },
     )
-    processor = Processor(app, settings, config, table, policy)
+    processor = Processor(app, settings, config, table, policy, decisions_partitions or events_partitions)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     subscribe(settings.topics.events)
@@ -339,18 +357,21 @@ def run_worker(settings: Settings) -> int:
         if settings.create_topics:
             states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)
             log_created(log, states)
-            partitions = states[0].partitions
+            partitions, decisions_partitions = states[0].partitions, states[1].partitions
         else:
-            found = describe_partitions(settings.bootstrap, [settings.topics.events], security=settings.security)
-            if settings.topics.events not in found:
-                raise TopicError(f"events topic {settings.topics.events} does not exist (and --no-create-topics)")
-            partitions = found[settings.topics.events]
+            found = describe_partitions(
+                settings.bootstrap, [settings.topics.events, settings.topics.decisions], security=settings.security
+            )
+            for topic in (settings.topics.events, settings.topics.decisions):
+                if topic not in found:
+                    raise TopicError(f"topic {topic} does not exist (and --no-create-topics)")
+            partitions, decisions_partitions = found[settings.topics.events], found[settings.topics.decisions]
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    tenants: Found = ([], {})
+    tenants: Found = ({}, {})
     if settings.tenant_refresh > 0:
         try:
             tenants = discover(settings.bootstrap, settings.security, partitions)
@@ -365,7 +386,7 @@ def run_worker(settings: Settings) -> int:
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
         )
-    app, _processor = create_app(settings, resolved.config, partitions, policy, tenants)
+    app, _processor = create_app(settings, resolved.config, partitions, policy, tenants, decisions_partitions)
     logs.event(
         log,
         logging.INFO,
@@ -377,7 +398,7 @@ def run_worker(settings: Settings) -> int:
         events=settings.topics.events,
         decisions=settings.topics.decisions,
         deadletter=settings.topics.deadletter,
-        tenants=",".join(tenants[0]) or "none",
+        tenants=",".join(sorted(tenants[0])) or "none",
         partitions=partitions,
         guarantee=settings.processing_guarantee,
         changelog_compression=settings.changelog_compression,

@@ -51,14 +51,20 @@ class Processor:
     """State and behaviour of the worker's processing; one per worker process."""
 
     def __init__(
-        self, app: faust.App, settings: Settings, config: FleetConfig, table: Any, policy: FleetPolicy | None = None
+        self,
+        app: faust.App,
+        settings: Settings,
+        config: FleetConfig,
+        table: Any,
+        policy: FleetPolicy | None = None,
+        decisions_partitions: int = 1,
     ) -> None:
         self.app = app
         self.settings = settings
         self.config = config
         self.policy = policy
         # The events topics the transport feeds (streams.worker.transport.Intake), each with its route.
-        self.topics = Routes(settings.topics.events, settings.topics.decisions)
+        self.topics = Routes(settings.topics.events, settings.topics.decisions, decisions_partitions)
         self.deadletter = settings.topics.deadletter
         self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
         # Per-event timings and consumer positions only when the web server
@@ -182,6 +188,12 @@ class Processor:
                     "key_mismatch", f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}"
                 )
             route = self.topics[message.topic]
+            reply = getattr(decoded, "reply_partition", None)
+            if reply is not None and reply >= route.partitions:
+                raise BadEvent(
+                    "reply_partition",
+                    f"reply_partition {reply} is not a partition of {route.decisions} (it has {route.partitions})",
+                )
             slot = (message.partition, route.prefix + key)
             entry = self.states.load(slot)
             try:
@@ -212,7 +224,7 @@ class Processor:
             data = encode_verdict(verdict)
             if len(data) > MAX_VERDICT_BYTES:
                 data = self._shrunk(verdict, len(data))
-            sent = await self.app.producer.send(route.decisions, key, data, None, None, None, transactional_id=tid)
+            sent = await self.app.producer.send(route.decisions, key, data, reply, None, None, transactional_id=tid)
             checkpoint.sent.append(sent)
             if metrics.scraped:
                 metrics.verdict_sent(decoded.ts)

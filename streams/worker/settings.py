@@ -125,6 +125,7 @@ class Settings:
     tenant_refresh: float = 30.0  # 0: serve only the worker's own topics
     create_topics: bool = True
     web_port: int | None = None
+    web_host: str = "127.0.0.1"  # where --web-port listens
     trace_stages: Path | None = None  # benchmark diagnostics: per-verdict stage clocks (streams/worker/stages.py)
     loglevel: str = "info"
     log_format: str = "logfmt"
@@ -311,9 +312,8 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "0 serves only the worker's own",
     )
     parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
-    parser.add_argument(
-        "--web-port", type=int, help="serve Faust's web endpoints on this port (default: no web server)"
-    )
+    parser.add_argument("--web-port", type=int, help="serve GET /metrics on this port (default: no web server)")
+    add_web_host_option(parser)
     parser.add_argument(
         "--trace-stages",
         type=Path,
@@ -331,6 +331,14 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--faust-loglevel",
         default=DEFAULTS.faust_loglevel,
         help=f"level of faust/aiokafka's own loggers (default {DEFAULTS.faust_loglevel})",
+    )
+
+
+def add_web_host_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--web-host",
+        default=DEFAULTS.web_host,
+        help=f"address --web-port listens on (default {DEFAULTS.web_host}: this machine only)",
     )
 
 
@@ -372,6 +380,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         tenant_refresh=args.tenant_refresh,
         create_topics=not args.no_create_topics,
         web_port=args.web_port,
+        web_host=args.web_host,
         trace_stages=args.trace_stages,
         loglevel=args.loglevel,
         log_format=args.log_format,
@@ -454,7 +463,7 @@ def worker_argv(settings: Settings) -> list[str]:
     if not settings.create_topics:
         argv.append("--no-create-topics")
     if settings.web_port is not None:
-        argv += ["--web-port", str(settings.web_port)]
+        argv += ["--web-port", str(settings.web_port), "--web-host", settings.web_host]
     if settings.trace_stages is not None:
         argv += ["--trace-stages", str(settings.trace_stages)]
     return argv + settings.security.argv()

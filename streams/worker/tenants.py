@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from schemas.topics import tenant_of, tenant_topics
@@ -36,18 +36,20 @@ _SEPARATOR = b"\xff"
 
 
 class Route(NamedTuple):
-    """Where an events topic's verdicts go, and how its runs are keyed."""
+    """Where an events topic's verdicts go (the decisions topic and its
+    partition count, for an event's `reply_partition`), and how its runs are keyed."""
 
     tenant: str | None
     decisions: str
+    partitions: int
     prefix: bytes
 
 
 class Routes:
     """The events topics served, each with its route; ``topic in routes`` for the transport."""
 
-    def __init__(self, events: str, decisions: str) -> None:
-        self._routes = {events: Route(None, decisions, b"")}
+    def __init__(self, events: str, decisions: str, partitions: int) -> None:
+        self._routes = {events: Route(None, decisions, partitions, b"")}
 
     def __contains__(self, topic: object) -> bool:
         return topic in self._routes
@@ -55,10 +57,10 @@ class Routes:
     def __getitem__(self, topic: str) -> Route:
         return self._routes[topic]
 
-    def add(self, tenant: str) -> str:
-        """Serve a tenant; returns its events topic."""
+    def add(self, tenant: str, partitions: int) -> str:
+        """Serve a tenant whose decisions topic has `partitions`; returns its events topic."""
         events, decisions = tenant_topics(tenant)
-        self._routes[events] = Route(tenant, decisions, _SEPARATOR + tenant.encode() + _SEPARATOR)
+        self._routes[events] = Route(tenant, decisions, partitions, _SEPARATOR + tenant.encode() + _SEPARATOR)
         return events
 
     @property
@@ -66,8 +68,9 @@ class Routes:
         return sorted(route.tenant for route in self._routes.values() if route.tenant is not None)
 
 
-Found = tuple[list[str], dict[str, int]]
-"""Tenants to serve, and those not servable with their events topic's partition count."""
+Found = tuple[dict[str, int], dict[str, int]]
+"""Tenants to serve with their decisions topic's partition count, and those
+not servable with their events topic's partition count."""
 
 
 def discover(bootstrap: str, security: KafkaSecurity, partitions: int) -> Found:
@@ -82,13 +85,13 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int) -> Found:
         counts = partitions_of(admin, [topic for pair in pairs.values() for topic in pair], security)
     finally:
         admin.close()
-    servable: list[str] = []
+    servable: dict[str, int] = {}
     mismatched: dict[str, int] = {}
     for name, (events, decisions) in pairs.items():
         if events not in counts or decisions not in counts:
             continue
         if counts[events] == partitions:
-            servable.append(name)
+            servable[name] = counts[decisions]
         else:
             mismatched[name] = counts[events]
     return servable, mismatched
@@ -112,11 +115,11 @@ class TenantWatch:
         self.serve = serve
         self._warned: set[str] = set()
 
-    def take(self, tenants: Iterable[str], mismatched: dict[str, int]) -> None:
+    def take(self, tenants: dict[str, int], mismatched: dict[str, int]) -> None:
         known = set(self.routes.tenants)
-        for tenant in tenants:
+        for tenant, partitions in tenants.items():
             if tenant not in known:
-                self.serve(self.routes.add(tenant))
+                self.serve(self.routes.add(tenant, partitions))
                 logs.event(log, logging.INFO, "tenant served", event="tenant_added", tenant=tenant)
         for tenant, count in mismatched.items():
             if tenant not in self._warned:

@@ -513,3 +513,16 @@ def test_example_gateway_loop(broker, topics, capsys):
     assert "-> WARN (generic_repeat, count 3)" in out
     assert "-> BLOCK (generic_repeat, count 5)" in out
     assert "-> ABORT on the result (compaction_loop_persisted, count 3)" in out
+
+
+def test_an_instance_id_names_one_reply_partition(broker, topics):
+    """The partition a message keyed by the instance id goes to, read alone;
+    two ways to name it at once are refused."""
+    from kafka.partitioner.default import murmur2
+
+    with GuardClient(
+        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], instance_id="gw-7"
+    ) as client:
+        assert client.ready and client.reply_partition == (murmur2(b"gw-7") & 0x7FFFFFFF) % 3
+    with pytest.raises(ValueError, match="give reply_partition or instance_id, not both"):
+        GuardClient(broker.bootstrap, reply_partition=1, instance_id="gw-7")
