@@ -32,6 +32,7 @@ from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
+from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
@@ -182,7 +183,7 @@ def run_fleet(settings: FleetSettings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     app = create_fleet_app(settings)
     logs.event(
         log,

@@ -37,6 +37,7 @@ from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 from streams.worker import transport
 from streams.worker.store import STORE_URL
 from streams.worker.tenants import Found, TenantWatch, discover
+from streams.tools.secure import private_dir
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -45,6 +46,11 @@ TABLE_NAME = "runs"
 #: Producer request limit: a dead letter carries an event of up to
 #: --max-event-bytes unchanged, plus headers.
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Most bytes one fetch returns per partition: an event of --max-event-bytes
+#: and its batch's framing. Faust asks for 4 MiB, and a compressed batch of
+#: that much can expand a thousandfold in the worker.
+FETCH_OVERHEAD_BYTES = 64 * 1024
+
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
@@ -162,6 +168,7 @@ def create_app(
         stream_recovery_delay=settings.recovery_delay,
         producer_linger_ms=settings.linger_ms,
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
+        consumer_max_fetch_size=settings.max_event_bytes + FETCH_OVERHEAD_BYTES,
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_partitioner=transport.KeyPartitioner(),
         **web_settings(settings.web_port, settings.web_host),
@@ -378,7 +385,7 @@ def run_worker(settings: Settings) -> int:
         except TopicError as exc:
             logs.event(log, logging.ERROR, str(exc), event="startup_failed")
             return 1
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(
             log,

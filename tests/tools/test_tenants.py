@@ -198,5 +198,6 @@ def test_one_worker_serves_every_tenant_apart(tenant_broker, tmp_path: Path) -> 
     assert [decode_verdict(r.value).decision for r in on_beta if r.key == b"shared"] == ["allow"] * 3
     assert sorted({decode_verdict(r.value).run_id for r in on_acme}) == ["shared", "warm-acme"]
     assert consume(tenant_broker.bootstrap, DECISIONS_TOPIC, count=1, timeout=3, security=admin) == []
+    assert stat.S_IMODE(worker.data_dir.stat().st_mode) == 0o700  # run tables: the owner's only
     (starting,) = worker.lines("starting")
     assert starting["tenants"] == "acme,beta"
