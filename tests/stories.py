@@ -127,12 +127,20 @@ def retries_the_blocked_side(verdicts: list[Verdict]) -> Iterator[list[Call]]:
             side += 1
 
 
+def alternates_through_a_block(verdicts: list[Verdict]) -> Iterator[list[Call]]:
+    """Ping-pongs between two failing reads and goes on to the other side after a block."""
+    side = 0
+    while True:
+        yield [("read", {"path": "ab"[side % 2]})]
+        side += 1
+
+
 def three_identical_calls_per_turn(verdicts: list[Verdict]) -> Iterator[list[Call]]:
     while True:
         yield [("read", {"path": "missing.txt"})] * 3
 
 
-def ping_pong_moving_on(verdicts: list[Verdict]) -> Iterator[list[Call]]:
+def ping_pong_doing_something_else(verdicts: list[Verdict]) -> Iterator[list[Call]]:
     """Ping-pongs between two failing reads; after a block it runs something
     else that works, then goes back to the ping-pong."""
     side = 0
@@ -154,7 +162,8 @@ TABLE: dict[str, tuple[Model, str]] = {
     "repeats one failing read": (repeats_a_failing_read, "read"),
     "retries the blocked side of a ping-pong": (retries_the_blocked_side, "read"),
     "three identical calls per turn": (three_identical_calls_per_turn, "read"),
-    "ping-pong, moving on after a block": (ping_pong_moving_on, "read"),
+    "ping-pong, moving on to the other side after a block": (alternates_through_a_block, "read"),
+    "ping-pong, doing something else that works after a block, then again": (ping_pong_doing_something_else, "read"),
     "calls a tool that does not exist": (calls_a_missing_tool, "web_serch"),
 }
 """Each behaviour of the table, and the tool whose real executions it counts."""
@@ -177,7 +186,9 @@ def section_8_trace(config: FleetConfig, policy: FleetPolicy) -> tuple[list[byte
     plays["long-ping-pong"] = play(
         retries_the_blocked_side, config, policy, run_id="long-ping-pong", agent=STEADY, max_turns=60
     )
-    plays["released"] = play(ping_pong_moving_on, config, policy, run_id="released", agent=STEADY, max_turns=42)
+    plays["released"] = play(
+        ping_pong_doing_something_else, config, policy, run_id="released", agent=STEADY, max_turns=42
+    )
     queues = [story.lines for story in plays.values()]
     lines = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)]
     return lines, plays

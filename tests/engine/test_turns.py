@@ -14,7 +14,7 @@ from builders import NO_RECOVERY, Driver, call, fleet, low, restored, stored
 from schemas.codec import BadEvent, decode_event
 from schemas.policy import parse_policy
 from schemas.state import BLOCKED_RAN, OWN_TURN, VETO, Latch, Record, RunState
-from stories import ENOENT, TABLE, play, ping_pong_moving_on, retries_the_blocked_side
+from stories import ENOENT, TABLE, play, ping_pong_doing_something_else, retries_the_blocked_side
 from streams.engine import apply
 
 DEFAULTS = fleet(enabled=True)
@@ -36,6 +36,13 @@ class Turns(Driver):
 
 def turns(config=None, policy=None) -> Turns:  # type: ignore[no-untyped-def]
     return Turns(config or low(), policy)
+
+
+def fail_five_times(d: Turns, tool: str = "read", args: Any = None) -> None:
+    """Five identical failing calls, one per turn, each run: the next is blocked (low())."""
+    for n in range(5):
+        d.ask(tool, args or {"path": "x"}, f"{tool}{n}")
+        d.done(tool)
 
 
 def repeat_until_blocked(d: Turns, tool: str = "read", args: Any = None) -> Any:
@@ -226,9 +233,7 @@ def test_only_run_end_forgets_latches_blocked_turns_and_the_first_blocked_turn()
 
 def test_calls_of_a_blocked_turn_are_blocked_with_its_first_block() -> None:
     d = turns(policy=NO_RECOVERY)
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     first = d.ask("read", {"path": "x"}, "T")
     assert first.decision == "block"
     other = d.ask("write", {"path": "y"}, "T")
@@ -251,9 +256,7 @@ def two_loops_blocked_in_one_turn() -> Turns:
     block too (no ping-pong: the read's veto and the greps would warn of one first)."""
     d = turns(low(detectors={"pingPong": False}), NO_RECOVERY)
     for tool, args in (("read", {"path": "x"}), ("grep", {"q": "y"})):
-        for n in range(5):
-            d.ask(tool, args, f"{tool}{n}")
-            d.done(tool)
+        fail_five_times(d, tool, args)
     first = d.ask("read", {"path": "x"}, "T")
     own = d.ask("grep", {"q": "y"}, "T")
     assert (first.decision, own.decision) == ("block", "block")
@@ -312,13 +315,14 @@ def test_results_clear_the_turn_of_their_record() -> None:
         ("repeats one failing read", 20, 22),
         ("retries the blocked side of a ping-pong", 19, 21),
         ("three identical calls per turn", 18, 8),
-        ("ping-pong, moving on after a block", 38, 41),
+        ("ping-pong, moving on to the other side after a block", 19, 21),
+        ("ping-pong, doing something else that works after a block, then again", 38, 41),
         ("calls a tool that does not exist", 10, 12),
     ],
 )
 def test_the_table_of_section_8(name: str, ran: int, turns_played: int) -> None:
     """Each behaviour, with the default thresholds and no policy file: the tool
-    runs no more often than on the reference gateway (20, 38, 18, 44, 10) and
+    runs no more often than on the reference gateway (docs/OPENCLAW.md: 20, 38, 18, 49, 38, 10) and
     every run ends, at the turn after the first blocked one."""
     model, tool = TABLE[name]
     story = play(model, DEFAULTS, max_turns=60)
@@ -326,7 +330,7 @@ def test_the_table_of_section_8(name: str, ran: int, turns_played: int) -> None:
     aborts = [v for v in story.verdicts if v.decision == "abort"]
     assert {v.error for v in aborts} == {"loop_recovery_exhausted"}
     first_block = story.decisions.index("block")
-    if name != "ping-pong, moving on after a block":  # the others never run the tool again
+    if not name.startswith("ping-pong, doing something else"):  # the others never run the tool again
         assert set(story.decisions[first_block:]) <= {"block", "abort"}
 
 
@@ -346,7 +350,7 @@ def test_a_latch_released_by_another_call_that_runs() -> None:
     """After the block, a call that works runs: the loop is unlatched, and it is
     judged afresh by the detectors, which need a whole new alternation of 19
     calls before they block it again."""
-    story = play(ping_pong_moving_on, DEFAULTS, NO_RECOVERY, max_turns=42)
+    story = play(ping_pong_doing_something_else, DEFAULTS, NO_RECOVERY, max_turns=42)
     assert story.decisions[19] == "block" and story.verdicts[20].tool_name == "exec"
     assert story.decisions[20] == "allow"
     again = story.decisions.index("block", 21)
@@ -418,9 +422,7 @@ def test_escalation_counts_a_recovery_abort_as_blocked_and_does_not_abort_again(
 
 def test_shadow_reports_a_would_be_end_once_and_the_turn_becomes_the_first() -> None:
     d = turns(policy=parse_policy({"mode": "shadow"}))
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     shadowed = []
     for turn in ("A", "A", "B", "B", "C"):
         v = d.ask("read", {"path": "x"}, turn)
@@ -439,9 +441,7 @@ def test_shadow_reports_a_would_be_end_once_and_the_turn_becomes_the_first() -> 
 
 def test_shadow_latches_are_released_only_by_a_call_whose_shadow_decision_let_it_run() -> None:
     d = turns(policy=parse_policy({"mode": "shadow", "recovery": {"enabled": False}}))
-    for n in range(5):
-        d.ask("read", {"path": "x"}, f"t{n}")
-        d.done("read")
+    fail_five_times(d)
     blocked = d.ask("read", {"path": "x"}, "u")
     assert blocked.shadow_decision == "block" and d.state().history[-1].flags == BLOCKED_RAN
     assert d.state().latches

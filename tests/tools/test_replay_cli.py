@@ -247,7 +247,7 @@ def test_the_stories_of_section_8_replay_as_the_engine_played_them(tmp_path):
     assert written == {run: [encode_verdict(v) for v in story.verdicts] for run, story in plays.items()}
     ended = {run: story.verdicts[-1].error for run, story in plays.items()}
     assert ended == {
-        **dict.fromkeys((f"row-{n}" for n in range(1, 6)), "loop_recovery_exhausted"),
+        **dict.fromkeys((f"row-{n}" for n in range(1, 7)), "loop_recovery_exhausted"),
         "long-ping-pong": None,
         "released": None,
     }

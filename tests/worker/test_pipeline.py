@@ -426,7 +426,7 @@ def test_section8_stories_match_replay(broker, tmp_path: Path) -> None:
         records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=1.0)
     _assert_same(values(records), expected)
     published = {run: [json.loads(line) for line in verdicts] for run, verdicts in by_run(values(records)).items()}
-    assert {published[f"row-{n}"][-1]["error"] for n in range(1, 6)} == {"loop_recovery_exhausted"}
+    assert {published[f"row-{n}"][-1]["error"] for n in range(1, 7)} == {"loop_recovery_exhausted"}
     assert [v["decision"] for v in published["long-ping-pong"][19:]] == ["block"] * 41
     released = [v["decision"] for v in published["released"]]
     assert released[19:22] == [
