@@ -50,7 +50,7 @@ ReplyPartition = Annotated[
     Meta(
         ge=0,
         le=2**31 - 1,
-        description="The decisions topic's partition the gateway reads; its verdict goes there (else by run id).",
+        description="The decisions topic's partition the gateway reads; its verdict goes there (absent: by run id).",
     ),
 ]
 
@@ -60,7 +60,7 @@ class _CallEvent(_RunEvent, kw_only=True):
     tool_name: ToolName
     args: Any = UNSET
     args_hash: Id | None = None
-    reply_partition: ReplyPartition | None = None
+    reply_partition: ReplyPartition | UnsetType = UNSET
 
 
 class ToolCall(_CallEvent, tag="tool_call", kw_only=True):

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import faust
 import msgspec
+from msgspec import UNSET
 from faust.types.tuples import Message
 
 from schemas import topics
@@ -188,7 +189,8 @@ class Processor:
                     "key_mismatch", f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}"
                 )
             route = self.topics[message.topic]
-            reply = getattr(decoded, "reply_partition", None)
+            reply = getattr(decoded, "reply_partition", UNSET)
+            reply = None if reply is UNSET else reply  # None: the run id's partition
             if reply is not None and reply >= route.partitions:
                 raise BadEvent(
                     "reply_partition",
