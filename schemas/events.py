@@ -45,11 +45,22 @@ class _RunEvent(Struct, tag_field="type", kw_only=True):
     ts: Timestamp = None
 
 
+ReplyPartition = Annotated[
+    int,
+    Meta(
+        ge=0,
+        le=2**31 - 1,
+        description="The decisions topic's partition the gateway reads; its verdict goes there (absent: by run id).",
+    ),
+]
+
+
 class _CallEvent(_RunEvent, kw_only=True):
     tool_call_id: Id
     tool_name: ToolName
     args: Any = UNSET
     args_hash: Id | None = None
+    reply_partition: ReplyPartition | UnsetType = UNSET
 
 
 class ToolCall(_CallEvent, tag="tool_call", kw_only=True):

@@ -394,7 +394,16 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
 
-    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+    from schemas.topics import (
+        DEADLETTER_TOPIC,
+        DECISIONS_TOPIC,
+        DECISIONS_TOPIC_ENV,
+        EVENTS_TOPIC,
+        EVENTS_TOPIC_ENV,
+        INCIDENTS_TOPIC,
+        decisions_topic,
+        events_topic,
+    )
     from streams.worker.settings import (
         add_connection_options,
         add_reach_options,
@@ -450,7 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     produce.add_argument(
-        "--events-topic", "--topic", default=EVENTS_TOPIC, help=f"the topic to publish to (default {EVENTS_TOPIC})"
+        "--events-topic",
+        "--topic",
+        default=events_topic(),
+        help=f"the topic to publish to (default ${EVENTS_TOPIC_ENV} or {EVENTS_TOPIC})",
     )
     produce.add_argument(
         "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
@@ -459,7 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tail = add_command(commands, "tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
     add_connection_options(tail)
-    tail.add_argument("--decisions-topic", default=DECISIONS_TOPIC, help=f"default {DECISIONS_TOPIC}")
+    tail.add_argument(
+        "--decisions-topic", default=decisions_topic(), help=f"default ${DECISIONS_TOPIC_ENV} or {DECISIONS_TOPIC}"
+    )
     tail.add_argument("--deadletter-topic", default=DEADLETTER_TOPIC, help=f"default {DEADLETTER_TOPIC}")
     tail.add_argument("--topic", help="tail this topic instead")
     tail.add_argument("--deadletter", action="store_true", help="tail the dead-letter topic, with reasons")
@@ -505,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(run=_up)
 
     from streams.tools.broker import add_broker_commands
+    from streams.tools.tenants import add_tenants_command
 
     broker = add_command(
         commands,
@@ -515,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)
+    add_tenants_command(commands)
 
     audit = add_command(
         commands, "audit", help="recompute verdicts from the events topic and compare them with the published ones"

@@ -9,7 +9,7 @@ import errno
 import os
 import socket
 
-#: Where the worker's and the fleet stage's web servers listen.
+#: Where the worker's and the fleet stage's web servers listen unless --web-host says otherwise.
 WEB_HOST = "127.0.0.1"
 
 

@@ -49,10 +49,11 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
+from kafka.partitioner.default import murmur2
 from msgspec import UNSET
 
 from schemas.events import MAX_TURN_CHARS, Compaction, Event, RunEnd, ToolCall, ToolResult
-from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
+from schemas import topics
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
@@ -181,10 +182,11 @@ class _Waiter:
 
 
 class _Run:
-    __slots__ = ("agent_id", "aborted", "compacted", "lock", "next_seq")
+    __slots__ = ("agent_id", "aborted", "compacted", "first_seq", "lock", "next_seq")
 
     def __init__(self, next_seq: int) -> None:
         self.lock = threading.Lock()
+        self.first_seq = next_seq  # seqs in [first_seq, next_seq) are this client's
         self.next_seq = next_seq
         self.compacted = False  # only then can a result abort the run
         self.agent_id: str | None = None
@@ -196,7 +198,8 @@ class GuardClient:
 
     Parameters:
         bootstrap_servers: Kafka bootstrap address(es).
-        events_topic / decisions_topic: topic names (defaults match the worker).
+        events_topic / decisions_topic: topic names; by default `$LOOPWARDEN_EVENTS_TOPIC` and
+            `$LOOPWARDEN_DECISIONS_TOPIC` (a tenant's gateway.env sets them), else the worker's defaults.
         timeout: seconds `check` waits for a verdict before the policy applies.
         policy: `"fail_open"` (allow, log a warning) or `"fail_closed"` (block).
         local_hashing: hash args and results in the gateway; send only hashes.
@@ -206,6 +209,10 @@ class GuardClient:
             returns, and checks follow the policy until it is.
         security: TLS and SASL settings (`kafka_clients.security_from()` reads
             the `LOOPWARDEN_*` variables); plaintext when not given.
+        reply_partition / instance_id: read only this partition of the
+            decisions topic (or the one a message keyed by `instance_id`
+            goes to), and name it on every call and result, so the worker
+            publishes their verdicts there; neither: read every partition.
         producer_config / consumer_config: extra kafka-python settings.
     """
 
@@ -213,8 +220,8 @@ class GuardClient:
         self,
         bootstrap_servers: str | list[str],
         *,
-        events_topic: str = EVENTS_TOPIC,
-        decisions_topic: str = DECISIONS_TOPIC,
+        events_topic: str | None = None,
+        decisions_topic: str | None = None,
         timeout: float = 5.0,
         policy: Policy = "fail_open",
         local_hashing: bool = False,
@@ -225,20 +232,32 @@ class GuardClient:
         consumer_config: dict[str, Any] | None = None,
         remember_ended_runs: int = 10_000,
         dedupe_window: int = 100_000,
+        reply_partition: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if reply_partition is not None and instance_id is not None:
+            raise ValueError("give reply_partition or instance_id, not both")
+        if reply_partition is not None and reply_partition < 0:
+            raise ValueError(f"reply_partition must not be negative, got {reply_partition!r}")
+        if instance_id is not None and not instance_id:
+            raise ValueError("instance_id must be a non-empty string")
         self.bootstrap_servers = bootstrap_servers
-        self.events_topic = events_topic
-        self.decisions_topic = decisions_topic
+        self.events_topic = events_topic or topics.events_topic()
+        self.decisions_topic = decisions_topic or topics.decisions_topic()
         self.timeout = timeout
         self.policy: Policy = policy
         self.local_hashing = local_hashing
         self.client_id = client_id
         self.start_timeout = start_timeout
         self.security = security
+        self.instance_id = instance_id
+        self.reply_partition = reply_partition
+        """The decisions partition this client reads and names on its events
+        (from `instance_id` once the reader knows the partition count); None: all of them."""
         self._producer_config = dict(producer_config or {})
         self._consumer_config = dict(consumer_config or {})
         self._producer: Any = None
@@ -255,7 +274,8 @@ class GuardClient:
         self._call_ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
         self.stats: collections.Counter[str] = collections.Counter()
-        """published, publish_failed, verdicts, duplicates, late, timeouts, fail_open, fail_closed, aborts"""
+        """published, publish_failed, verdicts, duplicates, late, foreign (answers to seqs this client did not
+        publish), timeouts, fail_open, fail_closed, aborts, read_bytes (keys and values read from the decisions topic)"""
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -354,6 +374,8 @@ class GuardClient:
             if waiter is not None:
                 with self._lock:
                     self._waiters[(event.run_id, seq)] = waiter
+            if self.reply_partition is not None and isinstance(event, (ToolCall, ToolResult)):
+                event.reply_partition = self.reply_partition  # the events a verdict may answer
             self._send(event.run_id, seq, event, waiter)
         return seq
 
@@ -459,8 +481,15 @@ class GuardClient:
         return [self.check(call, max(0.0, deadline - time.monotonic())) for call in calls]
 
     def guard(self, run_id: str, tool_name: str, args: Any = UNSET, **kwargs: Any) -> tuple[Call, ClientVerdict]:
-        """`tool_call` and `check` in one step: returns (call, verdict)."""
+        """`tool_call` and `check` in one step: returns (call, verdict).
+
+        Once the run is aborted nothing more is published for it: the call
+        (seq -1, never sent) is answered with the stored abort."""
         timeout = kwargs.pop("timeout", None)
+        aborted = self.aborted(run_id)
+        if aborted is not None:
+            call_id = kwargs.get("tool_call_id") or f"lw-{self._prefix}-{next(self._call_ids)}"
+            return Call(run_id, -1, call_id, tool_name, args), aborted
         call = self.tool_call(run_id, tool_name, args, **kwargs)
         return call, self.check(call, timeout)
 
@@ -577,13 +606,18 @@ class GuardClient:
         except UnicodeDecodeError:
             return
         with self._lock:
-            mine = run_id in self._runs
-        if not mine:
+            run = self._runs.get(run_id)
+        if run is None:
             return  # another gateway's run: not even decoded
         try:
             verdict = _verdict_decoder.decode(value)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("loopwarden: unreadable verdict for run %s: %s", run_id, exc)
+            return
+        if verdict.run_id != run_id or not run.first_seq <= verdict.seq < run.next_seq:
+            # Not an answer to an event this client published (another
+            # process's events under the same run id): it must not end the run.
+            self.stats["foreign"] += 1
             return
         ident = (verdict.run_id, verdict.seq)
         with self._lock:
@@ -620,6 +654,21 @@ class GuardClient:
             raise RuntimeError(f"topic {self.decisions_topic} not found, or Kafka unreachable")
         return partitions
 
+    def _reply_partitions(self, partitions: set[int]) -> set[int]:
+        """The partitions to read: the reply partition (resolved from the
+        instance id the first time), else all of them."""
+        if self.instance_id is not None and self.reply_partition is None:
+            hashed = murmur2(self.instance_id.encode()) & 0x7FFFFFFF
+            self.reply_partition = sorted(partitions)[hashed % len(partitions)]  # Kafka's partition for the key
+        if self.reply_partition is None:
+            return partitions
+        if self.reply_partition not in partitions:
+            raise ValueError(
+                f"reply_partition {self.reply_partition} is not a partition of {self.decisions_topic} "
+                f"(it has {len(partitions)})"
+            )
+        return {self.reply_partition}
+
     def _read_decisions(self) -> None:
         """The reader thread: manual assignment of every partition of the
         decisions topic, positioned at the end (no consumer group, no commits:
@@ -640,7 +689,7 @@ class GuardClient:
                         "reconnect_backoff_max_ms": 2000,
                     }
                     config.update(self._consumer_config)
-                    partitions = self._decision_partitions()
+                    partitions = self._reply_partitions(self._decision_partitions())
                     consumer = kafka_clients.consumer(self.bootstrap_servers, security=self.security, **config)
                     tps = [TopicPartition(self.decisions_topic, p) for p in sorted(partitions)]
                     consumer.assign(tps)
@@ -652,6 +701,7 @@ class GuardClient:
                 batch = consumer.poll(timeout_ms=100)
                 for records in batch.values():
                     for record in records:
+                        self.stats["read_bytes"] += len(record.value or b"") + len(record.key or b"")
                         self._deliver(record.key, record.value)
             except Exception as exc:  # keep reading across broker outages
                 if self._stop.is_set():

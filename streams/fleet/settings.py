@@ -11,10 +11,11 @@ from pathlib import Path
 from schemas.topics import DECISIONS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.incidents import IncidentSettings
 from streams.kafka_clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
-from streams.listen import port
+from streams.listen import WEB_HOST, port
 from streams.worker.settings import (
     DATA_DIR_ENV,
     DEFAULT_PARTITIONS,
+    add_web_host_option,
     default_bootstrap,
     duration,
     format_duration,
@@ -97,6 +98,7 @@ class FleetSettings:
     session_timeout: float = 30.0
     loglevel: str = "info"
     web_port: int | None = None
+    web_host: str = WEB_HOST  # where --web-port listens
 
     @property
     def repartition_topic(self) -> str:
@@ -159,6 +161,7 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web-port", type=port, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
     )
+    add_web_host_option(parser)
 
 
 def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
@@ -183,4 +186,5 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         session_timeout=args.session_timeout,
         loglevel=args.loglevel,
         web_port=args.web_port,
+        web_host=args.web_host,
     )

@@ -29,10 +29,10 @@ from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
-from streams.listen import WEB_HOST
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
-from streams.worker.app import APP_DEFAULTS, log_rebalances
+from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
+from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.fleet")
@@ -79,9 +79,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        web_enabled=settings.web_port is not None,
-        web_port=settings.web_port or 6066,
-        web_host=WEB_HOST,
+        **web_settings(settings.web_port, settings.web_host),
     )
     metrics = FleetMetrics()
     if settings.web_port is not None:
@@ -162,7 +160,7 @@ def run_fleet(settings: FleetSettings) -> int:
     from streams.worker.topics import TopicError, ensure, log_created, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
-    if not web_port_free(log, settings.web_port):
+    if not web_port_free(log, settings.web_port, settings.web_host):
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
         return 2
@@ -185,7 +183,7 @@ def run_fleet(settings: FleetSettings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     app = create_fleet_app(settings)
     logs.event(
         log,

@@ -450,8 +450,8 @@ class LocalBroker:
             self.controller_port = free_port()
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="loopwarden-kafka-")).resolve()
-        data = self._dir
-        (data / LOG_DIR).mkdir(parents=True, exist_ok=True)
+        data = secure.private_dir(self._dir)
+        secure.private_dir(data / LOG_DIR)
 
         try:
             if self.secure:

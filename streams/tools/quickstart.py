@@ -301,6 +301,7 @@ def run_up(args: argparse.Namespace) -> int:
     from streams.tools.secure import SecureSetupError
     from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
+    from streams.tools.secure import private_dir
     from streams.worker.topics import TopicError, ensure_topics
 
     settings = settings_from_args(args)
@@ -342,7 +343,7 @@ def run_up(args: argparse.Namespace) -> int:
             settings, gateway_security, page_security = _secure_roles(_broker_dir(args.broker_dir), settings)
         for state in ensure_topics(settings.bootstrap, settings.topics, security=settings.security):
             _say(f"topic {state.name}: {state.partitions} partitions{' (created)' if state.created else ''}")
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.data_dir)
         if not args.demo:
             _say("starting the worker; Ctrl-C stops everything")
         worker = children.start("worker", ["worker", *worker_argv(settings)])

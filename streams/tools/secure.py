@@ -32,6 +32,8 @@ included) per user: `gateway`, `worker`, `admin`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import secrets
 import subprocess
@@ -39,8 +41,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC, tenant_topics
 from streams.fleet.settings import FLEET_APP_ID
 from streams.kafka_clients import KafkaSecurity
 
@@ -83,6 +86,14 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise SecureSetupError(f"openssl {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
+def private_dir(path: Path) -> Path:
+    """Create `path` (and its parents) if missing; either way only its owner
+    may enter it: broker logs, run tables and secrets live there."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
 def write_private(path: Path, text: str) -> None:
     """Write a file only its owner can read (created so, never widened)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -94,12 +105,22 @@ def make_secrets(data_dir: Path) -> None:
     """The CA, the broker's key and certificate (for 127.0.0.1 and localhost)
     and one random password per user; kept when they exist, so a restarted
     broker keeps its identity and its clients their settings."""
-    folder = secrets_dir(data_dir)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = private_dir(secrets_dir(data_dir))
+    written = _written(folder)
     for user in (ADMIN, *ROLES):
         path = password_file(data_dir, user)
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise SecureSetupError(f"{path} is not a regular file: remove it")
         if not path.exists():
             write_private(path, secrets.token_urlsafe(24) + "\n")
+            written[path.name] = _digest(path)
+        elif written.get(path.name) != _digest(path):
+            raise SecureSetupError(
+                f"{path} was not written by this set-up (or was changed since): a password someone else chose "
+                "is never adopted; remove it (and the broker's storage, whose users it set) to start afresh"
+            )
+    write_private(folder / _WRITTEN, json.dumps(written, sort_keys=True) + "\n")
+    _fix_modes(folder)
     if (folder / _BROKER_KEYSTORE).exists():
         return
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
@@ -125,7 +146,38 @@ def make_secrets(data_dir: Path) -> None:
                  "-extfile", str(extensions), cwd=folder)  # fmt: skip
         key = Path(work, "broker.key").read_text()
         write_private(folder / _BROKER_KEYSTORE, key + Path(work, "broker.crt").read_text())
-    (folder / CA_FILE).chmod(0o644)
+    _fix_modes(folder)
+
+
+_WRITTEN = "written.json"
+"""The password files this set-up wrote, with the SHA-256 of each: only those are adopted."""
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _written(folder: Path) -> dict[str, str]:
+    """The password files recorded as written here; a data dir set up before
+    the record existed has its files recorded once, as they are."""
+    record = folder / _WRITTEN
+    if record.exists():
+        return dict(json.loads(record.read_text(encoding="utf-8")))
+    if not (folder / _BROKER_KEYSTORE).exists():
+        return {}  # nothing set up yet: any password file found was put there by someone else
+    return {path.name: _digest(path) for path in folder.glob("*.password") if path.is_file()}
+
+
+def _fix_modes(folder: Path) -> None:
+    """Owner-only for every file the secrets dir holds, but the CA certificate
+    (public, for clients); fixed at every start, whatever made them wider."""
+    for path in folder.rglob("*"):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o700)
+        else:
+            path.chmod(0o644 if path == folder / CA_FILE else 0o600)
 
 
 def _password(data_dir: Path, user: str) -> str:
@@ -244,20 +296,46 @@ def role_acls() -> list[object]:
     ]
 
 
-def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
-    """As the super user: add the roles' ACLs and create the project's topics,
-    the incident topic among them (both idempotent, so every start adds what is missing), then write the
-    env files. Returns once the broker enforces the ACLs: they reach its
-    authorizer through the metadata log, a moment after they are accepted."""
+def tenant_principal(name: str) -> str:
+    """The SCRAM user of tenant `name` (never one of the roles: those have no dash)."""
+    return f"tenant-{name}"
+
+
+def tenant_acls(name: str) -> list[object]:
+    """A tenant's literal ACLs: its principal writes its events and reads its
+    decisions, and nothing else (no group: its client reads without one); the
+    worker reads its events and writes its decisions, and reads those for the
+    fleet stage."""
+    from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern
+    from kafka.admin import ResourceType
+
+    events, decisions = tenant_topics(name)
+    op = ACLOperation
+    grants = [
+        (tenant_principal(name), events, op.WRITE),
+        (tenant_principal(name), decisions, op.READ),
+        (WORKER, events, op.READ),
+        (WORKER, decisions, op.WRITE),
+        (WORKER, decisions, op.READ),
+    ]
+    return [
+        ACL(
+            f"User:{user}",
+            "*",
+            action,
+            ACLPermissionType.ALLOW,
+            ResourcePattern(ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL),
+        )
+        for user, topic, action in grants
+    ]
+
+
+def create_acls(admin: Any, wanted: list[object], timeout: float = 30.0) -> None:
+    """Add ACLs (idempotent) and return once the broker enforces them: they
+    reach its authorizer through the metadata log, a moment after they are accepted."""
     from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
     from kafka.admin import ResourcePatternFilter, ResourceType
 
-    from streams import kafka_clients
-    from streams.worker.settings import Topics
-    from streams.worker.topics import TopicError, ensure_project_topics
-
-    admin_security = role_security(data_dir, ADMIN)
-    wanted = role_acls()
     every_acl = ACLFilter(
         None,
         None,
@@ -265,16 +343,29 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
         ACLPermissionType.ANY,
         ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
     )
+    failed = admin.create_acls(wanted)["failed"]
+    if failed:
+        raise SecureSetupError(f"cannot create ACLs: {failed}")
+    deadline = time.monotonic() + timeout
+    while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
+        if time.monotonic() >= deadline:
+            raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
+        time.sleep(0.05)
+
+
+def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
+    """As the super user: add the roles' ACLs and create the project's topics,
+    the incident topic among them (both idempotent, so every start adds what is missing), then write the
+    env files. Returns once the broker enforces the ACLs: they reach its
+    authorizer through the metadata log, a moment after they are accepted."""
+    from streams import kafka_clients
+    from streams.worker.settings import Topics
+    from streams.worker.topics import TopicError, ensure_project_topics
+
+    admin_security = role_security(data_dir, ADMIN)
     admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
     try:
-        failed = admin.create_acls(wanted)["failed"]
-        if failed:
-            raise SecureSetupError(f"cannot create ACLs: {failed}")
-        deadline = time.monotonic() + timeout
-        while not set(wanted) <= set(admin.describe_acls(every_acl)[0]):
-            if time.monotonic() >= deadline:
-                raise SecureSetupError(f"the broker did not enforce the ACLs within {timeout:g}s")
-            time.sleep(0.05)
+        create_acls(admin, role_acls(), timeout)
     finally:
         admin.close()
     try:

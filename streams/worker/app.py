@@ -30,13 +30,14 @@ from mode.utils.queues import FlowControlEvent
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from streams import kafka_clients, listen
-from streams.listen import WEB_HOST
 from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 from streams.worker import transport
 from streams.worker.store import STORE_URL
+from streams.worker.tenants import Found, TenantWatch, discover
+from streams.tools.secure import private_dir
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -45,6 +46,11 @@ TABLE_NAME = "runs"
 #: Producer request limit: a dead letter carries an event of up to
 #: --max-event-bytes unchanged, plus headers.
 PRODUCER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Most bytes one fetch returns per partition: an event of --max-event-bytes
+#: and its batch's framing. Faust asks for 4 MiB, and a compressed batch of
+#: that much can expand a thousandfold in the worker.
+FETCH_OVERHEAD_BYTES = 64 * 1024
+
 #: Per-partition producer batch: room for a few hundred stored states, not
 #: Faust's 16 KiB (three full states), which splits one flush into thousands of requests.
 PRODUCER_BATCH_BYTES = 512 * 1024
@@ -117,10 +123,36 @@ APP_DEFAULTS: dict[str, Any] = {
 }
 
 
+def web_settings(port: int | None, host: str) -> dict[str, Any]:
+    """Faust's web server for `/metrics` only: bound to `host` (127.0.0.1
+    unless `--web-host` says otherwise; Faust binds 0.0.0.0 by default), and
+    none of Faust's own pages. `/table/...` would show any run's stored
+    history, and `/router`, `/graph` and the stats more of the worker, to
+    anyone who reaches the port, past every ACL."""
+    return {
+        "web_enabled": port is not None,
+        "web_port": port or 6066,
+        "web_bind": host,
+        "web_host": host,
+        "web_tables_enabled": False,
+        "web_router_enabled": False,
+        "web_graph_enabled": False,
+        "web_stats_enabled": False,
+        "web_metrics_enabled": False,
+    }
+
+
 def create_app(
-    settings: Settings, config: FleetConfig, events_partitions: int, policy: FleetPolicy | None = None
+    settings: Settings,
+    config: FleetConfig,
+    events_partitions: int,
+    policy: FleetPolicy | None = None,
+    tenants: Found = ({}, {}),
+    decisions_partitions: int | None = None,
 ) -> tuple[WorkerApp, Processor]:
-    """The Faust app with its topic, table, processing task and timers."""
+    """The Faust app with its topics, table, processing task and timers.
+    With a `--tenant-refresh`, `tenants` (`streams.worker.tenants.discover`)
+    are served from the start, and new ones looked for every refresh."""
     app = WorkerApp(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
@@ -136,20 +168,24 @@ def create_app(
         stream_recovery_delay=settings.recovery_delay,
         producer_linger_ms=settings.linger_ms,
         producer_max_request_size=PRODUCER_MAX_REQUEST_BYTES,
+        consumer_max_fetch_size=settings.max_event_bytes + FETCH_OVERHEAD_BYTES,
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         producer_partitioner=transport.KeyPartitioner(),
-        web_enabled=settings.web_port is not None,
-        web_port=settings.web_port or 6066,
-        web_host=WEB_HOST,
+        **web_settings(settings.web_port, settings.web_host),
     )
-    events = app.topic(
-        settings.topics.events,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=events_partitions,
-    )
+
+    def subscribe(name: str) -> None:
+        """Subscribed, acknowledged, committed as an agent's topic would be."""
+        topic = app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=events_partitions,
+        )
+        app.topics.add(topic)
+
     table = app.Table(
         TABLE_NAME,
         key_type=bytes,  # bytes types mean the "raw" serializer: no codec work
@@ -163,10 +199,18 @@ def create_app(
             "block_cache_compressed_size": 0,
         },
     )
-    processor = Processor(app, settings, config, table, policy)
+    processor = Processor(app, settings, config, table, policy, decisions_partitions or events_partitions)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
-    app.topics.add(events)  # subscribed, acknowledged, committed as an agent's topic would be
+    subscribe(settings.topics.events)
+    if settings.tenant_refresh > 0:
+        watch = TenantWatch(settings.bootstrap, settings.security, events_partitions, processor.topics, subscribe)
+        watch.take(*tenants)
+
+        async def look_for_tenants() -> None:
+            await watch.refresh()
+
+        app.timer(settings.tenant_refresh, name="loopwarden.tenants")(look_for_tenants)
     app.intake = processor
     app.fetch_hold = settings.fetch_hold
     app.changelog_compression = settings.changelog_compression
@@ -299,13 +343,13 @@ def connection_accepted(
     return True
 
 
-def web_port_free(logger: logging.Logger, port: int | None) -> bool:
-    """Whether the web server can listen on `port` (None: no web server); if
+def web_port_free(logger: logging.Logger, port: int | None, host: str) -> bool:
+    """Whether the web server can listen on `host:port` (None: no web server); if
     not, one `startup_failed` line, before Faust would fail on it with a traceback."""
     if port is None:
         return True
     try:
-        listen.check_free(WEB_HOST, port)
+        listen.check_free(host, port)
     except listen.CannotListen as exc:
         logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
         return False
@@ -334,7 +378,7 @@ def run_worker(settings: Settings) -> int:
     except ValueError as exc:
         logs.event(log, logging.ERROR, f"--changelog-compression: {exc}", event="startup_failed")
         return 2
-    if not web_port_free(log, settings.web_port):
+    if not web_port_free(log, settings.web_port, settings.web_host):
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
         return 2
@@ -342,15 +386,25 @@ def run_worker(settings: Settings) -> int:
         if settings.create_topics:
             states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)
             log_created(log, states)
-            partitions = states[0].partitions
+            partitions, decisions_partitions = states[0].partitions, states[1].partitions
         else:
             partitions = require_topic(settings.bootstrap, settings.topics.events, security=settings.security)
+            decisions_partitions = require_topic(
+                settings.bootstrap, settings.topics.decisions, security=settings.security
+            )
     except TopicError as exc:
         logs.event(log, logging.ERROR, str(exc), event="startup_failed")
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    tenants: Found = ({}, {})
+    if settings.tenant_refresh > 0:
+        try:
+            tenants = discover(settings.bootstrap, settings.security, partitions)
+        except TopicError as exc:
+            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+            return 1
+    private_dir(settings.data_dir)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(
             log,
@@ -358,7 +412,7 @@ def run_worker(settings: Settings) -> int:
             "exactly_once puts verdicts in Kafka transactions but not the run table; see docs/PROCESSING.md",
             event="guarantee",
         )
-    app, _processor = create_app(settings, resolved.config, partitions, policy)
+    app, _processor = create_app(settings, resolved.config, partitions, policy, tenants, decisions_partitions)
     logs.event(
         log,
         logging.INFO,
@@ -370,11 +424,13 @@ def run_worker(settings: Settings) -> int:
         events=settings.topics.events,
         decisions=settings.topics.decisions,
         deadletter=settings.topics.deadletter,
+        tenants=",".join(sorted(tenants[0])) or "none",
         partitions=partitions,
         guarantee=settings.processing_guarantee,
         changelog_compression=settings.changelog_compression,
         standby_replicas=settings.standby_replicas,
         ttl=settings.ttl,
+        max_seq_jump=settings.max_seq_jump,
         data_dir=str(settings.data_dir),
         config=settings.config_path or os.environ.get("LOOPWARDEN_CONFIG") or "(defaults)",
     )

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import faust
 import msgspec
+from msgspec import UNSET
 from faust.types.tuples import Message
 
 from schemas import topics
@@ -33,6 +34,7 @@ from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, Checkpoints
 from streams.worker.settings import EXACTLY_ONCE, Settings
 from streams.worker.stages import StageTrace
+from streams.worker.tenants import Routes
 from streams.worker.store import RunStates
 
 log = logging.getLogger("loopwarden.worker")
@@ -50,14 +52,20 @@ class Processor:
     """State and behaviour of the worker's processing; one per worker process."""
 
     def __init__(
-        self, app: faust.App, settings: Settings, config: FleetConfig, table: Any, policy: FleetPolicy | None = None
+        self,
+        app: faust.App,
+        settings: Settings,
+        config: FleetConfig,
+        table: Any,
+        policy: FleetPolicy | None = None,
+        decisions_partitions: int = 1,
     ) -> None:
         self.app = app
         self.settings = settings
         self.config = config
         self.policy = policy
-        self.topic = settings.topics.events  # what the transport feeds (streams.worker.transport.Intake)
-        self.decisions = settings.topics.decisions
+        # The events topics the transport feeds (streams.worker.transport.Intake), each with its route.
+        self.topics = Routes(settings.topics.events, settings.topics.decisions, decisions_partitions)
         self.deadletter = settings.topics.deadletter
         self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
         # Per-event timings and consumer positions only when the web server
@@ -180,10 +188,20 @@ class Processor:
                 raise BadEvent(
                     "key_mismatch", f"message key {_show_key(message.key)} is not the event's run_id {decoded.run_id!r}"
                 )
-            slot = (message.partition, key)
+            route = self.topics[message.topic]
+            reply = getattr(decoded, "reply_partition", UNSET)
+            reply = None if reply is UNSET else reply  # None: the run id's partition
+            if reply is not None and reply >= route.partitions:
+                raise BadEvent(
+                    "reply_partition",
+                    f"reply_partition {reply} is not a partition of {route.decisions} (it has {route.partitions})",
+                )
+            slot = (message.partition, route.prefix + key)
             entry = self.states.load(slot)
             try:
-                outcome = apply_safely(entry.stored.state, decoded, self.config, self.policy)
+                outcome = apply_safely(
+                    entry.stored.state, decoded, self.config, self.policy, self.settings.max_seq_jump
+                )
             except BadEvent:
                 raise
             except Exception as exc:  # an engine bug must not stop the fleet
@@ -208,14 +226,14 @@ class Processor:
             data = encode_verdict(verdict)
             if len(data) > MAX_VERDICT_BYTES:
                 data = self._shrunk(verdict, len(data))
-            sent = await self.app.producer.send(self.decisions, key, data, None, None, None, transactional_id=tid)
+            sent = await self.app.producer.send(route.decisions, key, data, reply, None, None, transactional_id=tid)
             checkpoint.sent.append(sent)
             if metrics.scraped:
                 metrics.verdict_sent(decoded.ts)
             if trace is not None:
                 trace.sent(decoded.run_id, decoded.seq, decoded.ts, self.polled_at, self.fed_at, taken, sent)
             if verdict.decision != "allow":
-                self._log_verdict(verdict)
+                self._log_verdict(verdict, route.tenant)
         if outcome.armed:
             logs.event(
                 log,
@@ -304,13 +322,14 @@ class Processor:
         future.add_done_callback(delivered)
         return future
 
-    def _log_verdict(self, verdict: Verdict) -> None:
+    def _log_verdict(self, verdict: Verdict, tenant: str | None) -> None:
         decision = verdict.decision
         logs.event(
             log,
             logging.ERROR if decision == "abort" else logging.WARNING,
             {"warn": "warning delivered", "block": "tool call blocked", "abort": "run aborted"}[decision],
             event=decision,
+            **({"tenant": tenant} if tenant is not None else {}),
             run_id=verdict.run_id,
             seq=verdict.seq,
             tool=verdict.tool_name,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.listen import port
+from streams.apply import DEFAULT_MAX_SEQ_JUMP, max_seq_jump
+from streams.listen import WEB_HOST, port
 from streams.kafka_clients import (
     DEFAULT_CONNECT_TIMEOUT,
     PLAINTEXT,
@@ -123,14 +124,17 @@ class Settings:
     changelog_compression: str = "none"
     fetch_hold: float = 0.0
     max_event_bytes: int = 1024 * 1024
+    max_seq_jump: int = DEFAULT_MAX_SEQ_JUMP  # $LOOPWARDEN_MAX_SEQ_JUMP, shared with replay, audit and explain
     session_timeout: float = 30.0
     heartbeat_interval: float = 3.0
     commit_interval: float = 2.8
     recovery_delay: float = 0.5
     stop_timeout: float = 25.0
     stats_interval: float = 60.0
+    tenant_refresh: float = 30.0  # 0: serve only the worker's own topics
     create_topics: bool = True
     web_port: int | None = None
+    web_host: str = WEB_HOST  # where --web-port listens
     trace_stages: Path | None = None  # benchmark diagnostics: per-verdict stage clocks (streams/worker/stages.py)
     loglevel: str = "info"
     log_format: str = "logfmt"
@@ -344,10 +348,16 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "nothing acknowledged is lost; below the supervisor's grace period",
     )
     _duration_option(parser, "--stats-interval", "stats_interval", "summary log line period")
-    parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
-    parser.add_argument(
-        "--web-port", type=port, help="serve Faust's web endpoints on this port (default: no web server)"
+    _duration_option(
+        parser,
+        "--tenant-refresh",
+        "tenant_refresh",
+        "how often to look for tenants' topics (loopwarden.NAME.events) to serve besides the worker's own; "
+        "0 serves only the worker's own",
     )
+    parser.add_argument("--no-create-topics", action="store_true", help="do not create missing topics at start-up")
+    parser.add_argument("--web-port", type=port, help="serve GET /metrics on this port (default: no web server)")
+    add_web_host_option(parser)
     parser.add_argument(
         "--trace-stages",
         type=Path,
@@ -365,6 +375,14 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         "--faust-loglevel",
         default=DEFAULTS.faust_loglevel,
         help=f"level of faust/aiokafka's own loggers (default {DEFAULTS.faust_loglevel})",
+    )
+
+
+def add_web_host_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--web-host",
+        default=DEFAULTS.web_host,
+        help=f"address --web-port listens on (default {DEFAULTS.web_host}: this machine only)",
     )
 
 
@@ -397,14 +415,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         changelog_compression=args.changelog_compression,
         fetch_hold=args.fetch_hold,
         max_event_bytes=args.max_event_bytes,
+        max_seq_jump=max_seq_jump(),
         session_timeout=args.session_timeout,
         heartbeat_interval=args.heartbeat_interval,
         commit_interval=args.commit_interval,
         recovery_delay=args.recovery_delay,
         stop_timeout=args.stop_timeout,
         stats_interval=args.stats_interval,
+        tenant_refresh=args.tenant_refresh,
         create_topics=not args.no_create_topics,
         web_port=args.web_port,
+        web_host=args.web_host,
         trace_stages=args.trace_stages,
         loglevel=args.loglevel,
         log_format=args.log_format,
@@ -467,6 +488,8 @@ def worker_argv(settings: Settings) -> list[str]:
         format_duration(settings.stop_timeout),
         "--stats-interval",
         format_duration(settings.stats_interval),
+        "--tenant-refresh",
+        format_duration(settings.tenant_refresh),
         "--loglevel",
         settings.loglevel,
         "--log-format",
@@ -487,7 +510,7 @@ def worker_argv(settings: Settings) -> list[str]:
     if not settings.create_topics:
         argv.append("--no-create-topics")
     if settings.web_port is not None:
-        argv += ["--web-port", str(settings.web_port)]
+        argv += ["--web-port", str(settings.web_port), "--web-host", settings.web_host]
     if settings.trace_stages is not None:
         argv += ["--trace-stages", str(settings.trace_stages)]
     return argv + settings.security.argv()

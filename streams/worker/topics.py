@@ -77,7 +77,7 @@ def admin_client(bootstrap: str, timeout: float = ADMIN_TIMEOUT, security: Kafka
     )
 
 
-def _connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
+def connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
     """An admin client, or TopicError when the brokers cannot be reached."""
     try:
         return admin_client(bootstrap, timeout, security)
@@ -148,7 +148,7 @@ def ensure(
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
     missing; describe them all, in the plan's order."""
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         existing = partitions_of(admin, [name for name, _, _ in plan], security)
         missing = {
@@ -212,7 +212,7 @@ def list_topics(
     bootstrap: str, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
     """Every topic but Kafka's internal ones (`__consumer_offsets`, ...), by name, with its partition count."""
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         names = [name for name in admin.list_topics() if not name.startswith("__")]
         return dict(sorted(partitions_of(admin, names, security).items()))
@@ -224,7 +224,7 @@ def describe(
     bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> list[TopicDescription]:
     """The topics of `names` that exist, in that order, with their partitions' leaders."""
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         found = {}
         for topic in admin.describe_topics(list(names)):
@@ -244,7 +244,7 @@ def describe(
 def describe_partitions(
     bootstrap: str, names: Iterable[str], *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
 ) -> dict[str, int]:
-    admin = _connected_admin(bootstrap, timeout, security)
+    admin = connected_admin(bootstrap, timeout, security)
     try:
         return partitions_of(admin, names, security)
     finally:

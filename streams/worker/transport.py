@@ -32,6 +32,8 @@ differs from the driver it extends:
   go to the producer as whole record batches of their own size and
   compression, one acknowledged before the next while the worker keeps up
   (``Producer.send_records``).
+- **Topics added while running** (a tenant's events topic) are subscribed a
+  second later, not 45 s (``Conductor``).
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
@@ -55,7 +57,8 @@ the driver's own ``send`` does, and builds its batches with aiokafka's
 ``BatchBuilder`` (the class ``create_batch`` returns) rather than through
 ``create_batch``, which gives every batch the producer's own size and
 compression; it compresses each batch itself (the builder's ``_build``)
-unless the producer is idempotent (its ``_txn_manager``). Those are
+unless the producer is idempotent (its ``_txn_manager``). The conductor's
+resubscription delay is its class attribute ``_resubscribe_sleep_lock_seconds``. Those are
 the only non-public members used; a Faust, mode or aiokafka upgrade must
 re-check them.
 """
@@ -65,13 +68,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from aiokafka import codec
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
+from faust.transport import conductor
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
@@ -134,9 +138,10 @@ class FetchPacer:
 
 
 class Intake(Protocol):
-    """Where the consumer hands the events topic's batches."""
+    """Where the consumer hands the events topics' batches."""
 
-    topic: str
+    topics: Container[str]
+    """The events topics (the worker's own and its tenants'), looked up per message."""
 
     def feed(self, messages: list[Message], polled_at: float) -> None:
         """Take a batch of fetched messages (synchronous: no await in between);
@@ -271,8 +276,8 @@ class Consumer(driver.Consumer):
             await self._drain_in_batches(fetcher, intake)
 
     async def _drain_in_batches(self, fetcher: Any, intake: Intake) -> None:
-        """Faust's fetch loop, with the intake topic's messages handed over per batch."""
-        topic = intake.topic
+        """Faust's fetch loop, with the intake topics' messages handed over per batch."""
+        topics = intake.topics
         deliver = self.callback
         read_offset = self._read_offset
         acks_enabled_for = self.app.topics.acks_enabled_for
@@ -301,7 +306,7 @@ class Consumer(driver.Consumer):
                         # Offsets that never reach the stream (transaction
                         # markers, compaction) must not hold commits back.
                         await self._add_gap(tp, last + 1, offset)
-                    if message.topic == topic:
+                    if message.topic in topics:
                         # Tracked before it is fed: if a rebalance cancels this
                         # loop first, the batch is dropped, leaves Faust's (weak)
                         # tracking set unacknowledged, and is fetched again.
@@ -454,8 +459,19 @@ class Producer(driver.Producer):
         return self._last_batch
 
 
-class Transport(driver.Transport):
-    """The aiokafka transport with the worker's consumer and producer."""
+class Conductor(conductor.Conductor):
+    """Faust's conductor, resubscribing a second after the topics change
+    instead of 45 s: the worker adds a tenant's events topic when it finds
+    it (streams/worker/tenants.py), all those found in one look at once, so
+    there is nothing to coalesce, and a new tenant's first calls would
+    otherwise wait out the 45 s."""
 
+    _resubscribe_sleep_lock_seconds = 1.0
+
+
+class Transport(driver.Transport):
+    """The aiokafka transport with the worker's conductor, consumer and producer."""
+
+    Conductor = Conductor
     Consumer = Consumer
     Producer = Producer

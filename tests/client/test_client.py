@@ -303,6 +303,38 @@ def test_compaction_abort_reaches_the_gateway(broker, topics):
         assert client.aborted("r-cmp") == outcome
         after = client.check(client.tool_call("r-cmp", "read", {"path": "b.txt"}))
         assert after.decision == "abort" and after.fallback is None
+        published = client.stats["published"]
+        call, again = client.guard("r-cmp", "read", {"path": "c.txt"})
+        assert again == outcome and call.seq == -1  # the stored abort; nothing more is published
+        assert client.stats["published"] == published
+
+
+def test_an_abort_answering_another_process_events_is_ignored(broker, topics):
+    """Someone else publishes a compaction and a looping read under this
+    gateway's run id, far above its seqs: the worker aborts the run at a seq
+    this client never published, and the client does not act on it."""
+    with (
+        EmulatedWorker(broker.bootstrap, topics, FleetConfig()),
+        GuardClient(
+            broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], timeout=10
+        ) as client,
+    ):
+        assert client.guard("r-victim", "read", {"path": "a.txt"})[1].decision == "allow"
+        forged = [{"type": "compaction", "run_id": "r-victim", "seq": 100}]
+        for n in range(4):
+            base = {"run_id": "r-victim", "tool_call_id": f"x{n}", "tool_name": "read", "args": {"path": "a.txt"}}
+            forged.append({"type": "tool_call", "seq": 101 + 2 * n, **base})
+            forged.append({"type": "tool_result", "seq": 102 + 2 * n, "result": "same", **base})
+        producer = kafka_clients.producer(broker.bootstrap, acks="all")
+        for event in forged:
+            producer.send(topics["events"], key=b"r-victim", value=json.dumps(event).encode())
+        producer.flush()
+        producer.close()
+        deadline = time.monotonic() + 30
+        while client.stats["foreign"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.stats["foreign"] >= 5  # four allows and the abort, none of them this client's
+        assert client.aborted("r-victim") is None and client.stats["aborts"] == 0
 
 
 def test_events_carry_only_what_the_gateway_gave(broker, topics):
@@ -481,3 +513,16 @@ def test_example_gateway_loop(broker, topics, capsys):
     assert "-> WARN (generic_repeat, count 3)" in out
     assert "-> BLOCK (generic_repeat, count 5)" in out
     assert "-> ABORT on the result (compaction_loop_persisted, count 3)" in out
+
+
+def test_an_instance_id_names_one_reply_partition(broker, topics):
+    """The partition a message keyed by the instance id goes to, read alone;
+    two ways to name it at once are refused."""
+    from kafka.partitioner.default import murmur2
+
+    with GuardClient(
+        broker.bootstrap, events_topic=topics["events"], decisions_topic=topics["decisions"], instance_id="gw-7"
+    ) as client:
+        assert client.ready and client.reply_partition == (murmur2(b"gw-7") & 0x7FFFFFFF) % 3
+    with pytest.raises(ValueError, match="give reply_partition or instance_id, not both"):
+        GuardClient(broker.bootstrap, reply_partition=1, instance_id="gw-7")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -57,6 +59,34 @@ def total(values: dict[str, float], prefix: str) -> float:
     return sum(v for k, v in values.items() if k == prefix or k.startswith(prefix + "{"))
 
 
+def _other_addresses() -> list[str]:
+    """This machine's addresses other than loopback (IPv4)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    found = {info[4][0] for info in infos}
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: the kernel picks the outgoing address
+        found.add(probe.getsockname()[0])
+    return sorted(a for a in found if not a.startswith("127."))
+
+
+def assert_metrics_only_on_loopback(port: int) -> None:
+    """`/metrics` and nothing of Faust's own (`/table/...` would show any run's
+    history); and the port refuses connections on every other address."""
+    for path in ("/table/runs/", "/table/runs/any-run/", "/router/", "/graph/", "/stats/"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5)
+        assert refused.value.code == 404, path
+    others = _other_addresses()
+    if not others:
+        pytest.skip("this machine has no address besides loopback")
+    for address in others:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, port), timeout=5).close()
+
+
 def test_worker_serves_metrics(broker, tmp_path):
     topics = make_topics(broker.bootstrap)
     port = free_port()
@@ -74,6 +104,7 @@ def test_worker_serves_metrics(broker, tmp_path):
                 time.sleep(0.5)
         assert status is not None, f"the worker's web server never answered on port {port}\n{worker.log_tail()}"
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+        assert_metrics_only_on_loopback(port)
 
         lines = [line for line in SAMPLE.read_bytes().splitlines() if line.strip()]
         producer = kafka_clients.producer(broker.bootstrap, acks="all")
@@ -122,6 +153,7 @@ def test_fleet_stage_serves_metrics(broker, tmp_path):
         status, content_type, body = scrape(port)
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
         assert total(samples(body), "loopwarden_fleet_incidents_total") == 0
+        assert_metrics_only_on_loopback(port)
 
         lines = [*unknown_tool_blocks(4), encode_verdict(allowed), b"not a verdict"]
         produce(broker.bootstrap, topics["decisions"], lines, keys=[b"r"] * len(lines))

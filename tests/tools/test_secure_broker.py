@@ -269,3 +269,31 @@ def test_the_acls_are_the_roles_and_nothing_else(secure_broker) -> None:
     assert set(acls) == set(secure.role_acls())
     assert {acl.principal for acl in acls} == {"User:gateway", "User:worker"}
     assert all(acl.permission_type == ACLPermissionType.ALLOW and acl.host == "*" for acl in acls)
+
+
+def test_a_password_file_it_did_not_write_is_never_adopted(tmp_path: Path, kafka_lib) -> None:
+    """A password file planted before the first start would set that user's
+    password: the set-up refuses it; files it finds too open are made owner-only."""
+    from streams.tools.broker import LocalBroker
+
+    folder = tmp_path / "kafka" / "secrets"
+    folder.mkdir(parents=True)
+    (folder / "admin.password").write_text("chosen-by-someone-else\n")
+    with pytest.raises(secure.SecureSetupError, match=r"admin.password was not written by this set-up"):
+        LocalBroker(data_dir=tmp_path / "kafka", lib_dir=kafka_lib, secure=True).start()
+    (folder / "admin.password").unlink()
+    secure.make_secrets(tmp_path / "kafka")
+    (folder / "worker.password").chmod(0o644)
+    folder.chmod(0o755)
+    secure.make_secrets(tmp_path / "kafka")  # its own files: kept, and their modes fixed
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "worker.password").stat().st_mode) == 0o600
+    assert stat.S_IMODE((folder / "ca.pem").stat().st_mode) == 0o644
+    (folder / "worker.password").write_text("changed\n")
+    with pytest.raises(secure.SecureSetupError, match=r"worker.password was not written by this set-up"):
+        secure.make_secrets(tmp_path / "kafka")
+
+
+def test_the_broker_data_dir_is_the_owners_only(secure_broker) -> None:
+    for folder in (secure_broker.data_dir, secure_broker.data_dir / "logs", secrets(secure_broker)):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder

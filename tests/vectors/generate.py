@@ -34,7 +34,19 @@ from streams.engine.stablejson import decode_payload
 OUT = Path(__file__).with_name("hashing.json")
 
 CALL_FIELDS = ("args_hash", "args")
-_NOT_OUTCOME = {"type", "run_id", "seq", "tool_call_id", "tool_name", "args", "args_hash", "result", "error", "ts"}
+_NOT_OUTCOME = {
+    "type",
+    "run_id",
+    "seq",
+    "tool_call_id",
+    "tool_name",
+    "args",
+    "args_hash",
+    "result",
+    "error",
+    "ts",
+    "reply_partition",
+}
 OUTCOME_FIELDS = tuple(name for name in ToolResult.__struct_fields__ if name not in _NOT_OUTCOME)
 
 
