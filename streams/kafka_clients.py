@@ -16,6 +16,7 @@ line, and never shown: its repr is a mask.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -451,8 +452,12 @@ def describe_error(exc: BaseException) -> str:
     only repeats the type (kafka-python's often does: `KafkaTimeoutError:
     KafkaTimeoutError: ...`)."""
     name = type(exc).__name__
-    text = str(exc).removeprefix(name).removeprefix(":").strip()
+    text = _ERROR_CODE.sub("", str(exc)).removeprefix(name).removeprefix(":").strip()
     return f"{name}: {text}" if text else name
+
+
+_ERROR_CODE = re.compile(r"^\[Error -?\d+\]\s*")
+"""kafka-python's broker errors open with their code: `[Error 29] TopicAuthorizationFailedError: ...`."""
 
 
 def not_authorized(action: str, security: KafkaSecurity) -> str:

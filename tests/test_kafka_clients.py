@@ -254,3 +254,15 @@ def test_a_bad_setting_stops_a_command_with_exit_2(pki):
     )
     assert run.returncode == 2
     assert run.stderr.startswith("loopwarden: security settings: LOOPWARDEN_SASL_MECHANISM (--sasl-mechanism)")
+
+
+def test_a_client_error_reads_as_one_phrase() -> None:
+    from kafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+
+    assert kafka_clients.describe_error(TopicAuthorizationFailedError("loopwarden.decisions")) == (
+        "TopicAuthorizationFailedError: loopwarden.decisions"
+    )
+    assert kafka_clients.describe_error(KafkaTimeoutError("Failed to update metadata after 60.0 secs.")) == (
+        "KafkaTimeoutError: Failed to update metadata after 60.0 secs."
+    )
+    assert kafka_clients.describe_error(TopicAuthorizationFailedError()) == "TopicAuthorizationFailedError"

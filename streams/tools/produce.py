@@ -103,7 +103,7 @@ def produce(
         for future in futures:
             if future.failed():
                 report.failed += 1
-                report.error = report.error or f"{type(future.exception).__name__}: {future.exception}"
+                report.error = report.error or kafka_clients.describe_error(future.exception)
             else:
                 report.sent += 1
     finally:
