@@ -581,7 +581,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_options(dashboard, verbose=False, connect_timeout=False)  # a page waits for its brokers
     dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
-    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); any other than a loopback one needs --token-file",
+    )
+    dashboard.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name browsers reach the page by, accepted in the Host header (repeatable); --host and, on a"
+        " loopback or wildcard address, localhost are accepted, as is the address a request reached",
+    )
     dashboard.add_argument(
         "--token-file",
         help="a file holding the access token (16+ characters): browsers open /?token=TOKEN once, other clients"

@@ -14,7 +14,6 @@ With ``--token-file`` every request must carry the token (streams/tools/access.p
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from streams import kafka_clients
 from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.listen import CannotListen, cannot_listen, check_free
 from streams.observability import logs
-from streams.tools import access
+from streams.tools import access, hosts
 
 log = logging.getLogger("loopwarden.dashboard")
 
@@ -215,10 +214,16 @@ def _feeder(board: Board, decode: Any, add: Any, what: str) -> Any:
 
 
 def create_app(
-    source: Source, config: FleetConfig, policy: FleetPolicy | None, board: Board, token: str | None = None
+    source: Source,
+    config: FleetConfig,
+    policy: FleetPolicy | None,
+    board: Board,
+    token: str | None = None,
+    names: frozenset[str] = hosts.allowed_names("127.0.0.1"),
 ) -> Any:
     """The aiohttp application: the page, its live feed and the explain timeline;
-    with ``token``, only for requests that carry it."""
+    only for requests whose Host is one of `names` or the address reached, and
+    with ``token``, only for those that carry it."""
     from aiohttp import web
 
     from streams.tools.audit import AuditError
@@ -264,22 +269,22 @@ def create_app(
         text = format_timeline(steps, run_id, refused, show_published=True)
         return web.Response(text=text, status=200 if steps else 404)
 
-    app = web.Application(middlewares=[access.middleware(token)] if token else [])
+    checks = [hosts.middleware(names), *([access.middleware(token)] if token else [])]
+    app = web.Application(middlewares=checks)
     app.router.add_get("/", index)
     app.router.add_get("/events", feed)
     app.router.add_get("/explain", explain_run)
     return app
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 async def serve(
-    source: Source, config: FleetConfig, policy: FleetPolicy | None, host: str, port: int, token: str | None = None
+    source: Source,
+    config: FleetConfig,
+    policy: FleetPolicy | None,
+    host: str,
+    port: int,
+    token: str | None = None,
+    names: frozenset[str] = frozenset(),
 ) -> None:
     from aiohttp import web
 
@@ -287,7 +292,7 @@ async def serve(
     # access_log=None: no line per request. The feed's handlers never end on
     # their own, so a stop cancels them after STOP_SECONDS.
     runner = web.AppRunner(
-        create_app(source, config, policy, board, token), access_log=None, shutdown_timeout=STOP_SECONDS
+        create_app(source, config, policy, board, token, names), access_log=None, shutdown_timeout=STOP_SECONDS
     )
     await runner.setup()
     try:
@@ -313,15 +318,8 @@ async def serve(
         incidents=source.incidents_topic,
         start=source.start,
         token="required" if token else "none",
+        hosts=",".join(sorted(names)),
     )
-    if not token and not _loopback(host):
-        logs.event(
-            log,
-            logging.WARNING,
-            f"dashboard on {host} without a token: whoever reaches port {port} reads every run's timeline;"
-            " pass --token-file",
-            event="unauthenticated",
-        )
     stopped = _stop_signals()
     try:
         done, _ = await asyncio.wait([stopped, *readers], return_when=asyncio.FIRST_COMPLETED)
@@ -370,19 +368,27 @@ def main(args: Any) -> int:
     from streams.worker.settings import default_bootstrap, security_from_args
 
     logs.setup("info", "logfmt")
-    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
     token_file = args.token_file or os.environ.get(access.ENV)
     try:
         token = access.read_token(token_file) if token_file else None
     except access.BadToken as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)
         return 2
+    if token is None and not hosts.is_loopback(args.host):
+        print(
+            f"loopwarden dashboard: --host {args.host} is reachable beyond this machine and every run's timeline"
+            " would be open to it: pass --token-file, or listen on 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    config, policy = load_for_cli(args.config, args.policy, sys.stderr)
+    names = hosts.allowed_names(args.host, args.allow_host)
     bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
     source = Source(bootstrap, args.decisions_topic, args.incidents_topic, args.events_topic, args.start, security)
     try:
         check_free(args.host, args.port)  # named at once, before any broker is asked
         _check_refusal(bootstrap, security)
-        asyncio.run(serve(source, config, policy, args.host, args.port, token))
+        asyncio.run(serve(source, config, policy, args.host, args.port, token, names))
     except CannotListen as exc:
         print(f"loopwarden dashboard: {exc}", file=sys.stderr)
         return 1
