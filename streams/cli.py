@@ -90,7 +90,7 @@ def _incidents(args: argparse.Namespace) -> int:
     clock = time.time if now is None else lambda: now
 
     def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
-        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy)
+        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy, args.tenant)
         return [*refusals.decided(), plural(written, "incident")]
 
     return _events_command(args, "incidents", run)
@@ -316,6 +316,17 @@ def _dashboard(args: argparse.Namespace) -> int:
     return dashboard_main(args)
 
 
+def _tenant_name(text: str) -> str:
+    """A tenant's name, as `loopwarden tenants add` takes it."""
+    from schemas.topics import tenant_topics
+
+    try:
+        tenant_topics(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _start_point(text: str) -> str:
     """earliest, latest, or a point `audit --since` reads (checked now, resolved when the page starts reading)."""
     if text in ("earliest", "latest"):
@@ -390,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="processing time given to verdicts whose event has no ts, in seconds since the epoch "
         "(default: the clock as each is read, as the stage does)",
+    )
+    incidents.add_argument(
+        "--tenant",
+        type=_tenant_name,
+        help="the tenant whose events these are (published to loopwarden.NAME.events): its incidents carry it,"
+        " as the stage's do (default: the default topic pair, tenant null)",
     )
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
