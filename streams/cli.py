@@ -622,6 +622,13 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument(
         "--events-topic", default=EVENTS_TOPIC, help=f"read by a run's timeline (default {EVENTS_TOPIC})"
     )
+    dashboard.add_argument(
+        "--tenant-refresh",
+        type=duration,
+        default=30.0,
+        help="how often to look for tenants' decisions topics (loopwarden.NAME.decisions) to show besides"
+        " --decisions-topic; 0 shows only that one (default 30s)",
+    )
     dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
     dashboard.add_argument("--policy", help=POLICY_HELP)
     dashboard.set_defaults(run=_dashboard)
