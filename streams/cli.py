@@ -629,6 +629,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often to look for tenants' decisions topics (loopwarden.NAME.decisions) to show besides"
         " --decisions-topic; 0 shows only that one (default 30s)",
     )
+    dashboard.add_argument(
+        "--explain-window",
+        type=duration,
+        default=3600.0,
+        help="how far back a clicked run's timeline is read from the topics; 0 reads them from the start (default 1h)",
+    )
     dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
     dashboard.add_argument("--policy", help=POLICY_HELP)
     dashboard.set_defaults(run=_dashboard)

@@ -42,6 +42,7 @@ from streams.kafka_clients import PLAINTEXT, KafkaSecurity
 from streams.listen import CannotListen, cannot_listen, check_free
 from streams.observability import logs
 from streams.tools import access, hosts
+from streams.tools.timelines import Timelines
 from streams.worker.tenants import TenantWatch
 
 log = logging.getLogger("loopwarden.dashboard")
@@ -174,6 +175,8 @@ class Source:
     security: KafkaSecurity = PLAINTEXT
     tenant_refresh: float = 30.0
     """How often to look for tenants' decisions topics to read too (0: none)."""
+    explain_window: float = 3600.0
+    """How far back a run's timeline is read, in seconds (0: from the start of the topics)."""
 
     def topics_of(self, tenant: str | None) -> tuple[str, str]:
         """The (events, decisions) topics a run of `tenant` is explained from."""
@@ -288,8 +291,8 @@ def create_app(
     from aiohttp import web
 
     from streams.tools.audit import AuditError
-    from streams.tools.explain import explain_from_topics, format_timeline
 
+    timelines = Timelines(source.bootstrap, config, policy, source.explain_window, source.security)
     page = resources.files("streams.tools").joinpath("dashboard.html").read_bytes()
 
     async def index(request: web.Request) -> web.Response:
@@ -321,20 +324,10 @@ def create_app(
         except ValueError as exc:
             return web.Response(status=400, text=str(exc))
         try:
-            steps, refused = await asyncio.to_thread(
-                explain_from_topics,
-                source.bootstrap,
-                run_id,
-                events,
-                decisions,
-                config,
-                policy,
-                source.security,
-            )
+            timeline = await timelines.get(run_id, events, decisions)
         except AuditError as exc:  # no events topic, or the broker is unreachable
             return web.Response(status=503, text=f"cannot read run {run_id}: {exc}")
-        text = format_timeline(steps, run_id, refused, show_published=True)
-        return web.Response(text=text, status=200 if steps else 404)
+        return web.Response(text=timeline.text, status=200 if timeline.found else 404)
 
     checks = [hosts.middleware(names), *([access.middleware(token)] if token else [])]
     app = web.Application(middlewares=checks)
@@ -460,6 +453,7 @@ def main(args: Any) -> int:
         args.start,
         security,
         args.tenant_refresh,
+        args.explain_window,
     )
     try:
         check_free(args.host, args.port)  # named at once, before any broker is asked

@@ -5,6 +5,7 @@ fleet stage."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 import socket
@@ -26,6 +27,9 @@ from schemas.codec import decode_incident, decode_verdict
 from schemas.verdicts import Verdict
 from schemas.incidents import Incident
 from schemas.topics import tenant_topics
+from schemas.configfile import load_for_cli
+from streams import kafka_clients
+from streams.tools.timelines import Timeline, Timelines
 from streams.tools.dashboard import DEFAULT_PAIR, IN_FLIGHT_SECONDS, LATEST, Board
 from streams.worker.topics import ensure
 
@@ -296,6 +300,37 @@ def test_the_page_shows_each_tenant_and_filters_by_it_in_chromium(broker, tmp_pa
     assert "published on the decision topic:" in timeline and "verdicts identical" in timeline, timeline
     served = (tmp_path / "dashboard.log").read_text()
     assert f"event=tenant_added tenant={tenant}" in served
+
+
+@pytest.mark.integration
+def test_a_timeline_is_read_within_its_window_and_kept_until_the_topics_grow(broker):
+    """A run whose records are older than the window is not scanned for; a
+    timeline asked again is served from the cache until a topic grows."""
+    topics = names("timelines")
+    ensure(broker.bootstrap, [(topics[kind], 2, {}) for kind in ("events", "decisions")], 1)
+    events = [line for line in FLEET.read_bytes().splitlines() if b'"heartbeat-0"' in line]
+    replayed = run_cli("--config", str(CONFIG), "-", stdin=b"\n".join(events)).stdout.splitlines()
+    two_hours_ago = int((time.time() - 7200) * 1000)
+    producer = kafka_clients.producer(broker.bootstrap, acks="all")
+    for topic, lines in ((topics["events"], events), (topics["decisions"], replayed)):
+        for line in lines:
+            producer.send(topic, key=b"heartbeat-0", value=line, timestamp_ms=two_hours_ago)
+    producer.flush()
+    producer.close()
+    config = load_for_cli(str(CONFIG), None, io.StringIO())[0]
+
+    async def ask(window: float) -> tuple[list[Timeline], int]:
+        timelines = Timelines(broker.bootstrap, config, None, window)
+        answers = [await timelines.get("heartbeat-0", topics["events"], topics["decisions"]) for _ in range(2)]
+        produce(broker.bootstrap, topics["events"], events[:1], keys=[b"another-run"])
+        answers.append(await timelines.get("heartbeat-0", topics["events"], topics["decisions"]))
+        return answers, timelines.scans
+
+    recent, scans = asyncio.run(ask(3600.0))
+    assert not any(t.found for t in recent) and scans == 2  # the second answer was the cached one
+    whole, scans = asyncio.run(ask(0))
+    assert whole[0] == whole[1] == whole[2] and scans == 2
+    assert whole[0].found and "published on the decision topic: 12 of 12 verdicts identical" in whole[0].text
 
 
 @pytest.mark.integration
