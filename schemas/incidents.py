@@ -1,5 +1,5 @@
 """Incidents: one problem seen across runs (and agents), published on the
-incident topic keyed by fingerprint; and the fleet stage's stored tally."""
+incident topic keyed by fingerprint (prefixed with a tenant's name for a tenant's, as run keys are); and the fleet stage's stored tally."""
 
 from __future__ import annotations
 

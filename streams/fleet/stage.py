@@ -109,9 +109,10 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 
     async def take(stored_key: bytes, value: bytes) -> None:
         verdict = _verdict(value, metrics)
-        if verdict is None or fingerprint(verdict) is None:
+        key = None if verdict is None else fingerprint(verdict)
+        if verdict is None or key is None:
             return
-        tenant, key = split_key(stored_key)[0], fingerprint(verdict) or ""
+        tenant = split_key(stored_key)[0]
         metrics.verdicts.labels(decision=verdict.decision).inc()
         tally = _tally(table.get(stored_key), key)
         counted = count(tally, verdict, key, time.time(), settings.incidents, tenant)
