@@ -1,5 +1,6 @@
 """Incidents: one problem seen across runs (and agents), published on the
-incident topic keyed by fingerprint (prefixed with a tenant's name for a tenant's, as run keys are); and the fleet stage's stored tally."""
+incident topic keyed by fingerprint (a tenant's prefixed with its name, as
+its run keys are); and the fleet stage's stored tally."""
 
 from __future__ import annotations
 
