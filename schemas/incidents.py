@@ -1,5 +1,6 @@
 """Incidents: one problem seen across runs (and agents), published on the
-incident topic keyed by fingerprint; and the fleet stage's stored tally."""
+incident topic keyed by fingerprint (a tenant's prefixed with its name, as
+its run keys are); and the fleet stage's stored tally."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ MAX_SAMPLE_RUNS = 5
 class Incident(Struct, kw_only=True):
     """Distinct runs blocked or aborted on the same fingerprint within one
     event-time window, published when they reach `minRuns` ("open") and each
-    time they double ("update"). Consumers deduplicate by
-    `(fingerprint, window_start, status, runs)`: a restarted stage may
+    time they double ("update"). A fingerprint is counted per tenant: two
+    tenants' verdicts never meet. Consumers deduplicate by
+    `(tenant, fingerprint, window_start, status, runs)`: a restarted stage may
     publish a record again, always identical."""
 
     fingerprint: str
@@ -44,6 +46,9 @@ class Incident(Struct, kw_only=True):
     """"agent" when one agent accounts for every named run (a cron or heartbeat agent looping), else "fleet"."""
     message: str | None
     """The first counted verdict's message."""
+    tenant: str | None = None
+    """The tenant whose decisions topic the verdicts came from (`loopwarden.NAME.decisions`);
+    None for the default pair. Last and defaulted, so records written before tenants decode."""
 
 
 class WindowTally(Struct, array_like=True, kw_only=True):

@@ -90,7 +90,7 @@ def _incidents(args: argparse.Namespace) -> int:
     clock = time.time if now is None else lambda: now
 
     def run(lines: Iterable[bytes], refusals: Refusals) -> list[str]:
-        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy)
+        written = print_incidents(lines, config, sys.stdout.buffer, refusals, settings, clock, policy, args.tenant)
         return [*refusals.decided(), plural(written, "incident")]
 
     return _events_command(args, "incidents", run)
@@ -316,6 +316,17 @@ def _dashboard(args: argparse.Namespace) -> int:
     return dashboard_main(args)
 
 
+def _tenant_name(text: str) -> str:
+    """A tenant's name, as `loopwarden tenants add` takes it."""
+    from schemas.topics import tenant_topics
+
+    try:
+        tenant_topics(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _start_point(text: str) -> str:
     """earliest, latest, or a point `audit --since` reads (checked now, resolved when the page starts reading)."""
     if text in ("earliest", "latest"):
@@ -390,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="processing time given to verdicts whose event has no ts, in seconds since the epoch "
         "(default: the clock as each is read, as the stage does)",
+    )
+    incidents.add_argument(
+        "--tenant",
+        type=_tenant_name,
+        help="the tenant whose events these are (published to loopwarden.NAME.events): its incidents carry it,"
+        " as the stage's do (default: the default topic pair, tenant null)",
     )
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
@@ -581,7 +598,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_options(dashboard, verbose=False, connect_timeout=False)  # a page waits for its brokers
     dashboard.add_argument("--port", type=port, default=8080, help="HTTP port (default 8080)")
-    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); any other than a loopback one needs --token-file",
+    )
+    dashboard.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name browsers reach the page by, accepted in the Host header (repeatable); --host and, on a"
+        " loopback or wildcard address, localhost are accepted, as is the address a request reached",
+    )
     dashboard.add_argument(
         "--token-file",
         help="a file holding the access token (16+ characters): browsers open /?token=TOKEN once, other clients"
@@ -592,6 +621,19 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--incidents-topic", default=INCIDENTS_TOPIC, help=f"default {INCIDENTS_TOPIC}")
     dashboard.add_argument(
         "--events-topic", default=EVENTS_TOPIC, help=f"read by a run's timeline (default {EVENTS_TOPIC})"
+    )
+    dashboard.add_argument(
+        "--tenant-refresh",
+        type=duration,
+        default=30.0,
+        help="how often to look for tenants' decisions topics (loopwarden.NAME.decisions) to show besides"
+        " --decisions-topic; 0 shows only that one (default 30s)",
+    )
+    dashboard.add_argument(
+        "--explain-window",
+        type=duration,
+        default=3600.0,
+        help="how far back a clicked run's timeline is read from the topics; 0 reads them from the start (default 1h)",
     )
     dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
     dashboard.add_argument("--policy", help=POLICY_HELP)

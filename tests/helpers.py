@@ -304,7 +304,7 @@ def values(records: Iterable[Any]) -> list[bytes]:
 def dedupe_key(data: bytes) -> tuple:
     """What makes an incident record unique: one re-published after a restart has the same."""
     incident = decode_incident(data)
-    return (incident.fingerprint, incident.window_start, incident.status, incident.runs)
+    return (incident.tenant, incident.fingerprint, incident.window_start, incident.status, incident.runs)
 
 
 def incidents_until(
@@ -517,6 +517,8 @@ class FleetStage(Worker):
             "0",
             "--session-timeout",
             "6s",
+            "--tenant-refresh",  # the tenants other tests left on the shared broker are not this test's
+            "0",
             *extra,
         ]
 

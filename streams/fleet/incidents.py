@@ -3,8 +3,8 @@
 
 Pure, like the engine: the caller passes the processing time (used for a
 verdict without `ts`, and as the tally's `touched`), and the tally passed in
-is updated in place and returned. Per fingerprint, the same verdicts in the
-same order give the same incidents.
+is updated in place and returned. Per tenant and fingerprint, the same
+verdicts in the same order give the same incidents.
 """
 
 from __future__ import annotations
@@ -80,10 +80,15 @@ def _hash(text: str) -> int:
 
 
 def count(
-    tally: FingerprintTally | None, verdict: Verdict, key: str, now: float, settings: IncidentSettings
+    tally: FingerprintTally | None,
+    verdict: Verdict,
+    key: str,
+    now: float,
+    settings: IncidentSettings,
+    tenant: str | None = None,
 ) -> Counted:
-    """Count `verdict` (a block or abort whose fingerprint is `key`) into its
-    window; publish when the window's distinct runs reach `min_runs`, double,
+    """Count `verdict` (a block or abort of `tenant` whose fingerprint is `key`)
+    into its window, in `tenant`'s tally; publish when the window's distinct runs reach `min_runs`, double,
     or reach the cap. A run already counted, a full window, or a window
     already closed (later than `lateness`) changes nothing."""
     moment = event_time(verdict.ts)
@@ -125,7 +130,7 @@ def count(
     )
     if not due:
         return _stored(tally, now, [])
-    incident = _incident(key, window, size, "update" if window.published else "open")
+    incident = _incident(key, window, size, "update" if window.published else "open", tenant)
     window.published = runs
     return _stored(tally, now, [incident])
 
@@ -139,7 +144,7 @@ def _stored(tally: FingerprintTally, now: float, incidents: list[Incident]) -> C
     return Counted(tally, incidents)
 
 
-def _incident(key: str, window: WindowTally, size: int, status: IncidentStatus) -> Incident:
+def _incident(key: str, window: WindowTally, size: int, status: IncidentStatus, tenant: str | None) -> Incident:
     agents = len(window.agents)
     return Incident(
         fingerprint=key,
@@ -156,20 +161,22 @@ def _incident(key: str, window: WindowTally, size: int, status: IncidentStatus) 
         last_ts=window.last_ts,
         scope="agent" if agents == 1 else "fleet",
         message=window.message,
+        tenant=tenant,
     )
 
 
 def incidents(
-    verdicts: Iterable[Verdict], settings: IncidentSettings, clock: Callable[[], float]
+    verdicts: Iterable[Verdict], settings: IncidentSettings, clock: Callable[[], float], tenant: str | None = None
 ) -> Iterator[Incident]:
-    """Every incident the stage would publish for these verdicts, in the
-    order they are decided (`clock` is the processing time of a verdict without `ts`)."""
+    """Every incident the stage would publish for these verdicts of `tenant`
+    (read from its decisions topic), in the order they are decided (`clock` is
+    the processing time of a verdict without `ts`)."""
     tallies: dict[str, FingerprintTally] = {}
     for verdict in verdicts:
         key = fingerprint(verdict)
         if key is None:
             continue
-        counted = count(tallies.get(key), verdict, key, clock(), settings)
+        counted = count(tallies.get(key), verdict, key, clock(), settings, tenant)
         if counted.tally is not None:
             tallies[key] = counted.tally
         yield from counted.incidents

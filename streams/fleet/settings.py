@@ -95,6 +95,7 @@ class FleetSettings:
     standby_replicas: int = 1
     replication_factor: int = 1
     ttl: float = 3 * 3600.0
+    tenant_refresh: float = 30.0  # 0: read only --decisions-topic
     session_timeout: float = 30.0
     loglevel: str = "info"
     web_port: int | None = None
@@ -150,6 +151,13 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="forget a fingerprint unchanged this long, wall clock (default 3h)",
     )
     parser.add_argument(
+        "--tenant-refresh",
+        type=duration,
+        default=30.0,
+        help="how often to look for tenants' decisions topics (loopwarden.NAME.decisions) to read besides "
+        "--decisions-topic; 0 reads only that one (default 30s)",
+    )
+    parser.add_argument(
         "--session-timeout",
         type=duration,
         default=30.0,
@@ -183,6 +191,7 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         standby_replicas=args.standby_replicas,
         replication_factor=args.replication_factor,
         ttl=args.ttl,
+        tenant_refresh=args.tenant_refresh,
         session_timeout=args.session_timeout,
         loglevel=args.loglevel,
         web_port=args.web_port,

@@ -1,12 +1,19 @@
 """The fleet stage: a Faust app of its own (`loopwarden fleet`), downstream of the workers.
 
-    loopwarden.decisions ──block/abort──▶ regrouped by fingerprint ──▶ <app-id>-fingerprint-repartition
-                                                                        │  partitions = fingerprints
+    loopwarden.decisions        ──block/abort──▶ regrouped by    ──▶ <app-id>-fingerprint-repartition
+    loopwarden.NAME.decisions …                  (tenant, fingerprint)  │  partitions = fingerprints
                                                                         ▼
                                      tally = incidents[fingerprint]    (RocksDB + changelog topic)
                                      tally, incidents = count(tally, verdict, …)
                                                                         │
-                                     loopwarden.incidents ◀── open / update, keyed by fingerprint
+                                     loopwarden.incidents ◀── open / update, keyed as the tally
+
+Every tenant's decisions topic is read as well as the stage's own, found at
+start-up and every `--tenant-refresh` as the worker finds tenants
+(streams/worker/tenants.py). A tenant's fingerprints are keyed with its
+prefix (`key_prefix`), so its verdicts never count towards another's, and
+its incidents carry its name; the default pair's keys are the fingerprint
+itself, as before tenants.
 
 Verdicts keep Faust's at-least-once processing: an incident is acknowledged
 by the broker before the tally that records it is written, so a restart may
@@ -25,6 +32,7 @@ import msgspec
 
 from schemas.codec import decode_tally, decode_verdict, encode_incident, encode_tally
 from schemas.incidents import FingerprintTally
+from schemas.topics import tenant_topics
 from schemas.verdicts import Verdict
 from streams import kafka_clients
 from streams.fleet.incidents import count, fingerprint
@@ -34,6 +42,7 @@ from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
 from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
+from streams.worker.tenants import Found, TenantWatch, discover, key_prefix, split_key
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -66,9 +75,10 @@ def _tally(stored: bytes | None, key: str) -> FingerprintTally | None:
         return None
 
 
-def create_fleet_app(settings: FleetSettings) -> faust.App:
-    """The app: the decision topic regrouped by fingerprint, the tally table,
-    the incident topic, and the sweep that forgets idle fingerprints."""
+def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faust.App:
+    """The app: the decision topics (its own and the `tenants`', then each
+    tenant found later) regrouped by fingerprint, the tally table, the
+    incident topic, and the sweep that forgets idle fingerprints."""
     app = faust.App(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
@@ -85,6 +95,8 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
     if settings.web_port is not None:
         install(app, metrics)
     decisions = app.topic(settings.decisions_topic, key_type=bytes, value_type=bytes)
+    decisions.topics = list(decisions.topics)  # a list that tenants' topics join (read_tenant)
+    tenant_of_topic: dict[str, str] = {}
     incidents = app.topic(settings.incidents_topic, key_type=bytes, value_type=bytes)
     regrouped = app.topic(settings.repartition_topic, key_type=bytes, value_type=bytes)
     table = app.Table(
@@ -95,15 +107,17 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
         help="per-fingerprint incident tallies (FingerprintTally, msgpack)",
     )
 
-    async def take(value: bytes) -> None:
+    async def take(stored_key: bytes, value: bytes) -> None:
         verdict = _verdict(value, metrics)
         key = None if verdict is None else fingerprint(verdict)
         if verdict is None or key is None:
             return
+        tenant = split_key(stored_key)[0]
         metrics.verdicts.labels(decision=verdict.decision).inc()
-        counted = count(_tally(table.get(key.encode()), key), verdict, key, time.time(), settings.incidents)
+        tally = _tally(table.get(stored_key), key)
+        counted = count(tally, verdict, key, time.time(), settings.incidents, tenant)
         for incident in counted.incidents:
-            delivered = await incidents.send(key=key.encode(), value=encode_incident(incident))
+            delivered = await incidents.send(key=stored_key, value=encode_incident(incident))
             await delivered  # acknowledged before the tally that records it is stored
             metrics.incidents.labels(status=incident.status).inc()
             logs.event(
@@ -112,6 +126,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
                 f"incident {incident.status}",
                 event=f"incident_{incident.status}",
                 fingerprint=key,
+                tenant=tenant or "-",
                 window_start=incident.window_start,
                 runs=incident.runs,
                 agents=incident.agents,
@@ -120,7 +135,7 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
                 detector=incident.detector,
             )
         if counted.tally is not None:
-            table[key.encode()] = encode_tally(counted.tally)
+            table[stored_key] = encode_tally(counted.tally)
 
     # The repartition Faust's group_by does (event.forward with the new key),
     # with the filter in front of it: group_by moves a preceding filter behind
@@ -132,12 +147,37 @@ def create_fleet_app(settings: FleetSettings) -> faust.App:
             verdict = _verdict(event.value, metrics)
             key = None if verdict is None else fingerprint(verdict)
             if key is not None:
-                await event.forward(regrouped, key=key.encode())
+                prefix = key_prefix(tenant_of_topic.get(event.message.topic))
+                await event.forward(regrouped, key=prefix + key.encode())
 
     @app.agent(regrouped, name=f"{settings.app_id}.count")
     async def count_verdicts(stream: Any) -> None:
-        async for value in stream:
-            await take(value)
+        async for key, value in stream.items():
+            await take(key, value)
+
+    def read_tenant(tenant: str, partitions: int) -> None:
+        """The regroup agent reads this tenant's decisions topic too. Its topic
+        list is shared by the agent's channel and every clone of it (Faust
+        passes the list on), so the name joins all of them; the conductor
+        then subscribes to it at its next resubscription, which re-adding a
+        channel asks for."""
+        name = tenant_topics(tenant)[1]
+        tenant_of_topic[name] = tenant
+        if name in decisions.topics:
+            return
+        decisions.topics.append(name)
+        for channel in [c for c in app.topics if c.topics is decisions.topics]:
+            app.topics.discard(channel)
+            app.topics.add(channel)
+
+    if settings.tenant_refresh > 0:
+        watch = TenantWatch(settings.bootstrap, settings.security, None, read_tenant, log)
+        watch.take(*tenants)
+
+        async def look_for_tenants() -> None:
+            await watch.refresh()
+
+        app.timer(settings.tenant_refresh, name="loopwarden.fleet.tenants")(look_for_tenants)
 
     # A tally starts with its touched time as a stored run does: the runs
     # table's idle sweep (active partitions only, re-checked before deleting,
@@ -183,8 +223,15 @@ def run_fleet(settings: FleetSettings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
+    tenants: Found = ({}, {})
+    if settings.tenant_refresh > 0:
+        try:
+            tenants = discover(settings.bootstrap, settings.security, None)
+        except TopicError as exc:
+            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
+            return 1
     private_dir(settings.data_dir)
-    app = create_fleet_app(settings)
+    app = create_fleet_app(settings, tenants)
     logs.event(
         log,
         logging.INFO,
@@ -194,6 +241,7 @@ def run_fleet(settings: FleetSettings) -> int:
         bootstrap=settings.bootstrap,
         **settings.security.log_fields(),
         decisions=settings.decisions_topic,
+        tenants=",".join(sorted(tenants[0])) or "-",
         incidents=settings.incidents_topic,
         partitions=settings.partitions,
         window=settings.incidents.window,

@@ -318,24 +318,31 @@ def events_from_file(path: str) -> Iterable[tuple[str, bytes]]:
 
 
 def from_topics(
-    bootstrap: str, run_id: str, events_topic: str, decisions_topic: str, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str,
+    run_id: str,
+    events_topic: str,
+    decisions_topic: str,
+    security: KafkaSecurity = PLAINTEXT,
+    since_ms: int | None = None,
 ) -> tuple[list[tuple[str, bytes]], dict[int, list[Verdict]]]:
     """The run's events (by message key) and its published verdicts, read
-    by manual assignment without a consumer group."""
+    by manual assignment without a consumer group; from the records of
+    `since_ms` on (None: from the start of the topics)."""
     from streams.tools.audit import TopicReader
 
     key = run_id.encode()
     with TopicReader(bootstrap, "loopwarden-explain", security) as reader:
         tps = reader.partitions(events_topic)
         events = [
-            (f"p{r.partition}@{r.offset}", r.value) for r in reader.read(reader.beginnings(tps), reader.ends(tps), key)
+            (f"p{r.partition}@{r.offset}", r.value)
+            for r in reader.read(reader.starts(tps, since_ms), reader.ends(tps), key)
         ]
         published: dict[int, list[Verdict]] = {}
         try:
             d_tps = reader.partitions(decisions_topic)
         except Exception:
             return events, published
-        for record in reader.read(reader.beginnings(d_tps), reader.ends(d_tps), key):
+        for record in reader.read(reader.starts(d_tps, since_ms), reader.ends(d_tps), key):
             try:
                 verdict = decode_verdict(record.value)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -346,6 +353,23 @@ def from_topics(
         return events, published
 
 
+def topic_ends(bootstrap: str, topics: list[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, list[int]]:
+    """The end offset of each partition of those `topics` that exist: a cheap
+    question that says whether a timeline read before is still whole."""
+    from streams.tools.audit import AuditError, TopicReader
+
+    ends: dict[str, list[int]] = {}
+    with TopicReader(bootstrap, "loopwarden-explain", security) as reader:
+        for topic in topics:
+            try:
+                tps = reader.partitions(topic)
+            except AuditError:
+                continue
+            offsets = reader.ends(tps)
+            ends[topic] = [offsets[tp] for tp in tps]
+    return ends
+
+
 def explain_from_topics(
     bootstrap: str,
     run_id: str,
@@ -354,9 +378,10 @@ def explain_from_topics(
     config: FleetConfig,
     policy: FleetPolicy | None = None,
     security: KafkaSecurity = PLAINTEXT,
+    since_ms: int | None = None,
 ) -> tuple[list[Step], list[str]]:
-    """The run's steps from the topics, each with the verdicts really published for it."""
-    items, published = from_topics(bootstrap, run_id, events_topic, decisions_topic, security)
+    """The run's steps from the topics (from `since_ms` on), each with the verdicts really published for it."""
+    items, published = from_topics(bootstrap, run_id, events_topic, decisions_topic, security, since_ms)
     steps, refused = explain(items, run_id, config, policy)
     for step in steps:
         step.published = published.get(step.seq, [])

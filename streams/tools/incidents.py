@@ -21,12 +21,13 @@ def print_incidents(
     settings: IncidentSettings,
     clock: Callable[[], float],
     policy: FleetPolicy | None = None,
+    tenant: str | None = None,
 ) -> int:
     """One JSON incident per line, in the order the verdicts behind them are
-    decided; return how many. `refusals` reports the lines refused and counts
+    decided, as the stage publishes them for events of `tenant`; return how many. `refusals` reports the lines refused and counts
     what was read and decided."""
     written = 0
-    for incident in incidents(decide(lines, config, refusals, policy), settings, clock):
+    for incident in incidents(decide(lines, config, refusals, policy), settings, clock, tenant):
         out.write(encode_incident(incident) + b"\n")
         written += 1
     out.flush()

@@ -20,8 +20,8 @@
 With ``--secure`` the broker is the secure one of docs/SECURITY.md (TLS,
 SASL/SCRAM, ACLs; started unless it already runs in the broker dir): the
 worker and the fleet stage connect as the ``worker`` role, the demo as the
-``gateway`` role and the page as ``admin`` (it reads the events topic for a
-run's timeline), with the settings the broker wrote into its ``secrets/``.
+``gateway`` role and the page as the read-only ``auditor`` (it reads the
+events topic for a run's timeline), with the settings the broker wrote into its ``secrets/``.
 
 On Ctrl-C or SIGTERM, or when one of them exits, the processes this command
 started are stopped, and so is the broker if this command started it.
@@ -125,11 +125,11 @@ def _check_secure_names(settings: Settings) -> None:
 
 def _secure_roles(data_dir: Path, settings: Settings) -> tuple[Settings, KafkaSecurity, KafkaSecurity]:
     """For ``--secure``: the worker's settings as the worker role, the demo's
-    security as the gateway role and the page's as admin, from the broker's secrets."""
+    security as the gateway role and the page's as the auditor, from the broker's secrets."""
     from streams.tools import secure as roles
 
     worker = settings.with_(security=roles.role_security(data_dir, roles.WORKER))
-    return worker, roles.role_security(data_dir, roles.GATEWAY), roles.role_security(data_dir, roles.ADMIN)
+    return worker, roles.role_security(data_dir, roles.GATEWAY), roles.role_security(data_dir, roles.AUDITOR)
 
 
 def _tag_trace(lines: list[bytes], stamp: str) -> list[bytes]:

@@ -6,11 +6,10 @@ Used by `LocalBroker(secure=True)` (streams/tools/broker.py). The broker's
 one client listener speaks SASL_SSL with SCRAM-SHA-512 and nothing else; the
 controller listener speaks SASL_SSL with PLAIN, for the broker itself only.
 The `admin` user is the broker's own identity and the one super user: it
-creates the topics and the ACLs. Its env file is for an operator's tools on
-this machine (`audit`, `explain` and `dashboard` read the events topic, which
-neither role may); a gateway or a worker is never given it.
+creates the topics and the ACLs; a gateway, a worker or an auditor is never
+given its env file.
 
-Roles (principals `User:gateway`, `User:worker`), and nothing else:
+Roles (principals `User:gateway`, `User:worker`, `User:auditor`), and nothing else:
 
 - gateway: write the events topic, read the decisions topic, with consumer
   groups named `loopwarden-gateway-*` (its own) or none;
@@ -22,11 +21,15 @@ Roles (principals `User:gateway`, `User:worker`), and nothing else:
   worker too: it reads the decisions topic with the group `FLEET_APP_ID`,
   its own topics start with `loopwarden-` as well, and it writes the
   incident topic, which the set-up creates with the others so that no role
-  needs Create on a topic other clients read.
+  needs Create on a topic other clients read;
+- auditor: read (and so describe) the events, decisions and incident topics,
+  and every tenant's pair (streams/tools/tenants.py), without a consumer
+  group: what `audit`, `explain` and `dashboard` need, and nothing else (no
+  write, no group, no dead letters, no changelog, no other topic).
 
 What a client needs lands in `DATA_DIR/secrets/`: `ca.pem`, one
 `USER.password` and one `USER.env` (every `LOOPWARDEN_*` setting, bootstrap
-included) per user: `gateway`, `worker`, `admin`.
+included) per user: `gateway`, `worker`, `auditor`, `admin`.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ CA_FILE = "ca.pem"
 ADMIN = "admin"
 GATEWAY = "gateway"
 WORKER = "worker"
-ROLES = (GATEWAY, WORKER)
+AUDITOR = "auditor"
+ROLES = (GATEWAY, WORKER, AUDITOR)
 MECHANISM = "SCRAM-SHA-512"
 #: The app id the worker role's ACLs are written for (the worker's default).
 APP_ID = "loopwarden"
@@ -60,6 +64,8 @@ APP_ID = "loopwarden"
 GATEWAY_GROUP_PREFIX = "loopwarden-gateway-"
 #: Topics of later stages that the worker reads and writes besides its own three.
 WORKER_TOPICS: tuple[str, ...] = (INCIDENTS_TOPIC,)
+#: What the auditor reads (`audit`, `explain`, `dashboard`): never the dead letters or a changelog.
+AUDITED_TOPICS: tuple[str, ...] = (EVENTS_TOPIC, DECISIONS_TOPIC, INCIDENTS_TOPIC)
 
 _BROKER_KEYSTORE = "broker.pem"  # the broker's PKCS#8 key, then its certificate
 _DAYS = "3650"
@@ -259,7 +265,7 @@ def write_env_files(data_dir: Path, bootstrap: str) -> None:
 
 
 def role_acls() -> list[object]:
-    """Every ACL of the two roles (kafka-python `ACL`s), and no other."""
+    """Every ACL of the roles (kafka-python `ACL`s), and no other."""
     from kafka.admin import (
         ACL,
         ACLOperation,
@@ -289,6 +295,7 @@ def role_acls() -> list[object]:
         (WORKER, ResourceType.GROUP, FLEET_APP_ID, literal, op.READ),
         (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.WRITE),
         (WORKER, ResourceType.TRANSACTIONAL_ID, f"{APP_ID}-", prefixed, op.DESCRIBE),
+        *((AUDITOR, ResourceType.TOPIC, topic, literal, op.READ) for topic in AUDITED_TOPICS),
     ]
     return [
         ACL(f"User:{user}", "*", action, ACLPermissionType.ALLOW, ResourcePattern(kind, name, pattern))
@@ -305,7 +312,7 @@ def tenant_acls(name: str) -> list[object]:
     """A tenant's literal ACLs: its principal writes its events and reads its
     decisions, and nothing else (no group: its client reads without one); the
     worker reads its events and writes its decisions, and reads those for the
-    fleet stage."""
+    fleet stage; the auditor reads both."""
     from kafka.admin import ACL, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePattern
     from kafka.admin import ResourceType
 
@@ -317,6 +324,8 @@ def tenant_acls(name: str) -> list[object]:
         (WORKER, events, op.READ),
         (WORKER, decisions, op.WRITE),
         (WORKER, decisions, op.READ),
+        (AUDITOR, events, op.READ),
+        (AUDITOR, decisions, op.READ),
     ]
     return [
         ACL(
@@ -353,6 +362,17 @@ def create_acls(admin: Any, wanted: list[object], timeout: float = 30.0) -> None
         time.sleep(0.05)
 
 
+def add_users(admin: Any, data_dir: Path, users: tuple[str, ...]) -> None:
+    """Give `users` their SCRAM credentials from their password files: a
+    storage formatted before a role existed (the auditor) gets it at start."""
+    from kafka.admin import UserScramCredentialUpsertion
+
+    upserts = [UserScramCredentialUpsertion(user, MECHANISM, _password(data_dir, user)) for user in users]
+    failed = {user: error for user, error in admin.alter_user_scram_credentials(upserts).items() if error}
+    if failed:
+        raise SecureSetupError(f"cannot set SCRAM credentials: {failed}")
+
+
 def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
     """As the super user: add the roles' ACLs and create the project's topics,
     the incident topic among them (both idempotent, so every start adds what is missing), then write the
@@ -365,6 +385,7 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
     admin_security = role_security(data_dir, ADMIN)
     admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")
     try:
+        add_users(admin, data_dir, ROLES)
         create_acls(admin, role_acls(), timeout)
     finally:
         admin.close()

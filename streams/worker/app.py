@@ -204,7 +204,13 @@ def create_app(
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     subscribe(settings.topics.events)
     if settings.tenant_refresh > 0:
-        watch = TenantWatch(settings.bootstrap, settings.security, events_partitions, processor.topics, subscribe)
+        routes = processor.topics
+        watch = TenantWatch(
+            settings.bootstrap,
+            settings.security,
+            events_partitions,
+            lambda tenant, partitions: subscribe(routes.add(tenant, partitions)),
+        )
         watch.take(*tenants)
 
         async def look_for_tenants() -> None:

@@ -12,7 +12,8 @@ subscribe by pattern, so the list is explicit: a topic added with
 A run's state is keyed by (tenant, run id): the default tenant's key is the
 run id's UTF-8 bytes, as before tenants; a tenant's is ``0xFF NAME 0xFF`` and
 the run id, a prefix no UTF-8 run id can start with, so equal run ids of two
-tenants never meet. Every events topic has the partitions of the worker's
+tenants never meet (`key_prefix`; the fleet stage keys fingerprints so too,
+and its `TenantWatch` reads every tenant's decisions topic). Every events topic has the partitions of the worker's
 own, so Faust's assignor co-partitions it with the run table: partition p of
 any of them goes to the worker holding the table's partition p. A tenant's
 topic with another partition count is not served (one warning line).
@@ -33,6 +34,19 @@ log = logging.getLogger("loopwarden.worker")
 
 _SEPARATOR = b"\xff"
 """Never a byte of UTF-8 text: a tenant's keys cannot be spelt by a run id."""
+
+
+def key_prefix(tenant: str | None) -> bytes:
+    """What a tenant's keys start with: nothing for the default pair."""
+    return b"" if tenant is None else _SEPARATOR + tenant.encode() + _SEPARATOR
+
+
+def split_key(key: bytes) -> tuple[str | None, bytes]:
+    """The tenant of a key `key_prefix` began, and the rest."""
+    if not key.startswith(_SEPARATOR):
+        return None, key
+    tenant, _, rest = key[1:].partition(_SEPARATOR)
+    return tenant.decode(), rest
 
 
 class Route(NamedTuple):
@@ -60,12 +74,8 @@ class Routes:
     def add(self, tenant: str, partitions: int) -> str:
         """Serve a tenant whose decisions topic has `partitions`; returns its events topic."""
         events, decisions = tenant_topics(tenant)
-        self._routes[events] = Route(tenant, decisions, partitions, _SEPARATOR + tenant.encode() + _SEPARATOR)
+        self._routes[events] = Route(tenant, decisions, partitions, key_prefix(tenant))
         return events
-
-    @property
-    def tenants(self) -> list[str]:
-        return sorted(route.tenant for route in self._routes.values() if route.tenant is not None)
 
 
 Found = tuple[dict[str, int], dict[str, int]]
@@ -73,9 +83,10 @@ Found = tuple[dict[str, int], dict[str, int]]
 not servable with their events topic's partition count."""
 
 
-def discover(bootstrap: str, security: KafkaSecurity, partitions: int) -> Found:
+def discover(bootstrap: str, security: KafkaSecurity, partitions: int | None) -> Found:
     """Tenants whose two topics this principal may describe, and those whose
-    events topic has another partition count than `partitions` (not servable)."""
+    events topic has another partition count than `partitions` (not servable;
+    None: any count is, for a reader of the decisions topics only)."""
     from streams.worker.topics import connected_admin, partitions_of
 
     admin = connected_admin(bootstrap, 30.0, security)
@@ -90,7 +101,7 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int) -> Found:
     for name, (events, decisions) in pairs.items():
         if events not in counts or decisions not in counts:
             continue
-        if counts[events] == partitions:
+        if partitions is None or counts[events] == partitions:
             servable[name] = counts[decisions]
         else:
             mismatched[name] = counts[events]
@@ -98,34 +109,36 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int) -> Found:
 
 
 class TenantWatch:
-    """Looks for new tenants every `--tenant-refresh` and hands each to `serve` once."""
+    """Looks for new tenants every `--tenant-refresh` and hands each, with its
+    decisions topic's partition count, to `serve` once (`discover` with `partitions`)."""
 
     def __init__(
         self,
         bootstrap: str,
         security: KafkaSecurity,
-        partitions: int,
-        routes: Routes,
-        serve: Callable[[str], None],
+        partitions: int | None,
+        serve: Callable[[str, int], None],
+        logger: logging.Logger = log,
     ) -> None:
         self.bootstrap = bootstrap
         self.security = security
         self.partitions = partitions
-        self.routes = routes
         self.serve = serve
+        self.log = logger
+        self._served: set[str] = set()
         self._warned: set[str] = set()
 
     def take(self, tenants: dict[str, int], mismatched: dict[str, int]) -> None:
-        known = set(self.routes.tenants)
         for tenant, partitions in tenants.items():
-            if tenant not in known:
-                self.serve(self.routes.add(tenant, partitions))
-                logs.event(log, logging.INFO, "tenant served", event="tenant_added", tenant=tenant)
+            if tenant not in self._served:
+                self._served.add(tenant)
+                self.serve(tenant, partitions)
+                logs.event(self.log, logging.INFO, "tenant served", event="tenant_added", tenant=tenant)
         for tenant, count in mismatched.items():
             if tenant not in self._warned:
                 self._warned.add(tenant)
                 logs.event(
-                    log,
+                    self.log,
                     logging.WARNING,
                     "tenant not served: its events topic has another partition count than the worker's",
                     event="tenant_skipped",
@@ -141,6 +154,8 @@ class TenantWatch:
                 None, discover, self.bootstrap, self.security, self.partitions
             )
         except Exception as exc:  # the next refresh tries again
-            logs.event(log, logging.WARNING, "cannot list tenants", event="tenant_refresh_failed", error=str(exc)[:300])
+            logs.event(
+                self.log, logging.WARNING, "cannot list tenants", event="tenant_refresh_failed", error=str(exc)[:300]
+            )
             return
         self.take(*found)

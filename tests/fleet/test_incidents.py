@@ -3,11 +3,12 @@ distinct counting, the run cap, lateness, scope."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import decode_tally, encode_tally, touched_at
+from schemas.codec import decode_incident, decode_tally, encode_tally, touched_at
 from schemas.incidents import MAX_AGENT_IDS, MAX_SAMPLE_RUNS
 from schemas.verdicts import Verdict
 from streams.fleet.incidents import IncidentSettings, count, event_time, fingerprint, incidents
@@ -52,6 +53,16 @@ def test_an_incident_opens_at_min_runs_with_counts_samples_and_scope():
     assert (incident.first_ts, incident.last_ts) == (BASE, BASE + 40)
     assert (incident.fingerprint, incident.detector, incident.tool_name) == (KEY, "unknown_tool_repeat", "send_digest")
     assert incident.message == "blocked in r0"
+
+
+def test_an_incident_names_its_tenant_and_one_written_before_tenants_decodes_as_the_default_pair():
+    verdicts = [blocked(f"r{n}") for n in range(5)]
+    (default,) = published(verdicts)
+    (acme,) = incidents(verdicts, IncidentSettings(), clock=lambda: 0.0, tenant="acme")
+    assert (default.tenant, acme.tenant) == (None, "acme")
+    assert msgspec.structs.replace(acme, tenant=None) == default
+    older = msgspec.json.encode(default).replace(b',"tenant":null', b"")
+    assert b"tenant" not in older and decode_incident(older) == default
 
 
 def test_one_agents_runs_are_scope_agent_and_runs_without_agent_name_none():

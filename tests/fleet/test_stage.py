@@ -13,7 +13,8 @@ from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, na
 from schemas.codec import decode_incident, decode_verdict
 from streams.fleet.incidents import fingerprint
 from streams.worker.settings import Topics
-from streams.worker.topics import ensure_topics
+from schemas.topics import tenant_topics
+from streams.worker.topics import ensure, ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +71,50 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
         assert steps[-1]["partitions"] == "0,1,2"
     opened = {line["fingerprint"] for line in stage.lines("incident_open")}
     assert opened == {decode_incident(x).fingerprint for x in expected}  # one operator line each
+
+
+def test_each_tenant_is_counted_apart_and_published_as_the_offline_command_prints_it(broker, tmp_path):
+    """The same verdicts (same run ids, same fingerprints) on the stage's own
+    decisions topic, on tenant A's found at start-up and on tenant B's made
+    while the stage runs: three sets of incidents, none merged, each what
+    `loopwarden incidents [--tenant NAME]` prints."""
+    verdicts = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
+    tag = names("fleet")["app_id"].removeprefix("fleet-")
+    first, later = f"a-{tag}", f"b-{tag}"
+    expected: dict[str | None, list[bytes]] = {}
+    for tenant in (None, first, later):
+        option = ("--tenant", tenant) if tenant else ()
+        expected[tenant] = run_cli(
+            *option, "--config", str(CONFIG), str(FLEET), command="incidents"
+        ).stdout.splitlines()
+        assert len(expected[tenant]) == 4 and {decode_incident(x).tenant for x in expected[tenant]} == {tenant}
+    topics = names("fleet")
+    ensure_topics(broker.bootstrap, Topics(topics["events"], topics["decisions"], topics["deadletter"], partitions=1))
+    make_tenant_topics(broker.bootstrap, first)
+    with FleetStage(broker.bootstrap, topics, tmp_path, "fleet", extra=["--tenant-refresh", "1s"]) as stage:
+
+        def served() -> set[str]:
+            return {line["tenant"] for line in stage.lines("tenant_added")}
+
+        stage.wait_for(lambda: stage.lines("ready"), 90, "the stage taking verdicts")
+        assert first in served()  # found at start-up
+        make_tenant_topics(broker.bootstrap, later)
+        stage.wait_for(lambda: later in served(), 60, "the later tenant")
+        produce(broker.bootstrap, topics["decisions"], verdicts)
+        produce(broker.bootstrap, tenant_topics(first)[1], verdicts)
+        produce(broker.bootstrap, tenant_topics(later)[1], verdicts)
+        wanted = {dedupe_key(x) for lines in expected.values() for x in lines}
+        records = incidents_until(broker.bootstrap, topics["incidents"], wanted, 120)
+    published: dict[str | None, set[bytes]] = {}
+    for record in records:
+        published.setdefault(decode_incident(record).tenant, set()).add(record)
+    assert published == {tenant: set(lines) for tenant, lines in expected.items()}, stage.log()[-4000:]
+    assert {line["tenant"] for line in stage.lines("incident_open")} == {"-", first, later}
+
+
+def make_tenant_topics(bootstrap: str, tenant: str) -> None:
+    """A tenant's topic pair, one partition each (what `tenants add` makes, without its ACLs)."""
+    ensure(bootstrap, [(topic, 1, {}) for topic in tenant_topics(tenant)], 1)
 
 
 def test_an_idle_fingerprint_is_forgotten_after_the_ttl(broker, tmp_path):

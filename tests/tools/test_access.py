@@ -6,9 +6,6 @@ board's topics are never read by these requests."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from builders import run_cli
 from schemas.config import FleetConfig
-from streams.tools import access
+from streams.tools import access, hosts
 from streams.tools.dashboard import Board, Source, create_app
 
 TOKEN = "s3cret-token-0123456789"
@@ -107,25 +104,43 @@ def test_a_bad_token_file_stops_the_command_with_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"has 3 characters" in done.stderr, done.stderr  # from the environment
 
 
-def test_listening_beyond_this_host_without_a_token_is_warned_of() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    dashboard = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "dashboard", "--host", "0.0.0.0", "--port", str(port)]
-        + ["--bootstrap", "127.0.0.1:9"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        lines = []
-        for line in dashboard.stderr:
-            lines.append(line)
-            if "event=unauthenticated" in line:
-                break
-    finally:
-        dashboard.kill()
-        dashboard.wait()
-    assert "token=none" in "".join(lines)
-    assert f"dashboard on 0.0.0.0 without a token: whoever reaches port {port} reads every run's timeline" in lines[-1]
-    assert "level=warning" in lines[-1]
+def test_listening_beyond_this_host_without_a_token_does_not_start() -> None:
+    done = run_cli("--host", "0.0.0.0", "--port", "9", "--bootstrap", "127.0.0.1:9", command="dashboard")
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "loopwarden dashboard: --host 0.0.0.0 is reachable beyond this machine and every run's timeline would be"
+        " open to it: pass --token-file, or listen on 127.0.0.1"
+    ]
+
+
+def test_a_host_header_naming_another_site_is_refused() -> None:
+    """DNS rebinding: a page of evil.example that points its name at this host
+    sends Host: evil.example; the names the dashboard serves and the address reached pass."""
+
+    async def check(client: TestClient) -> None:
+        port = client.port
+        for host in ("evil.example", f"evil.example:{port}", "10.1.2.3", f"localhost.evil.example:{port}", ""):
+            answer = await client.get("/events", headers={"Host": host})
+            assert answer.status == 421, host
+            assert "not one the dashboard serves" in await answer.text()
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}", "dash.internal"):
+            assert (await client.get("/", headers={"Host": host})).status == 200, host
+
+    async def main() -> None:
+        names = hosts.allowed_names("127.0.0.1", ["dash.internal"])
+        app = create_app(SOURCE, FleetConfig(), None, Board(), None, names)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            await check(client)
+
+    asyncio.run(main())
+
+
+def test_the_names_a_bind_accepts() -> None:
+    assert hosts.allowed_names("0.0.0.0", ["Dash.Example."]) == {"localhost", "dash.example"}
+    assert hosts.allowed_names("dash.example") == {"dash.example"}
+    assert hosts.allowed_names("10.0.0.5") == set()
+    assert hosts.accepted("10.0.0.5:8080", "10.0.0.5", frozenset())
+    assert hosts.accepted("10.0.0.5", "::ffff:10.0.0.5", frozenset())  # a dual-stack socket
+    assert not hosts.accepted("10.0.0.6", "10.0.0.5", frozenset())
+    assert not hosts.accepted("127.0.0.1", "10.0.0.5", frozenset())  # loopback names only reach loopback
+    assert not hosts.accepted(None, "127.0.0.1", frozenset({"localhost"}))

@@ -5,6 +5,7 @@ fleet stage."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 import socket
@@ -24,12 +25,34 @@ from emulated_worker import make_topics
 from helpers import LOOPWARDEN, REPO, FleetStage, Worker, names, produce
 from schemas.codec import decode_incident, decode_verdict
 from schemas.verdicts import Verdict
-from streams.tools.dashboard import IN_FLIGHT_SECONDS, LATEST, Board
+from schemas.incidents import Incident
+from schemas.topics import tenant_topics
+from schemas.configfile import load_for_cli
+from streams import kafka_clients
+from streams.tools.timelines import Timeline, Timelines
+from streams.tools.dashboard import DEFAULT_PAIR, IN_FLIGHT_SECONDS, LATEST, Board
+from streams.worker.topics import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "fleet-trace.jsonl"
 CONFIG = ROOT / "examples" / "loopwarden.json5"
 NOW = 1796187600.0
+INCIDENT = {
+    "fingerprint": "f",
+    "detector": "generic_repeat",
+    "tool_name": "exec",
+    "window_start": 1796187600,
+    "window_end": 1796188500,
+    "status": "open",
+    "runs": 5,
+    "agents": 1,
+    "agent_ids": ["a"],
+    "sample_run_ids": ["r"],
+    "first_ts": NOW,
+    "last_ts": NOW,
+    "scope": "agent",
+    "message": None,
+}
 
 
 def verdict(run: str, decision: str = "allow", agent: str | None = "a") -> Verdict:
@@ -51,6 +74,28 @@ def test_the_board_counts_minutes_lists_blocks_and_keeps_runs_in_flight():
     for n in range(LATEST + 10):
         board.verdict(verdict(f"b{n}", "block"), ms)
     assert len(board.snapshot(NOW)["latest"]) == LATEST
+
+
+def test_the_board_keeps_tenants_apart_and_filters_by_tenant():
+    """Equal run ids of two tenants are two runs; `only` shows one tenant's
+    (DEFAULT_PAIR: the default pair's), None every tenant's."""
+    board = Board()
+    ms = int(NOW * 1000)
+    board.verdict(verdict("r", "block"), ms)
+    board.verdict(verdict("r", "allow"), ms, "acme")
+    board.verdict(verdict("r", "abort"), ms, "globex")
+    board.incident(Incident(**{**INCIDENT, "tenant": "acme"}), ms)
+    board.incident(Incident(**INCIDENT), ms)
+    every = board.snapshot(NOW)
+    assert every["tenants"] == ["acme", "globex"] and len(every["incidents"]) == 2
+    assert sorted((r["tenant"] or "-", r["calls"]) for r in every["runs"]) == [("-", 1), ("acme", 1)]
+    acme = board.snapshot(NOW, "acme")
+    assert [r["tenant"] for r in acme["runs"]] == ["acme"] and acme["latest"] == []
+    assert [i["tenant"] for i in acme["incidents"]] == ["acme"] and acme["chart"][-1]["allow"] == 1
+    default = board.snapshot(NOW, DEFAULT_PAIR)
+    assert [(b["tenant"], b["decision"]) for b in default["latest"]] == [(None, "block")]
+    assert [i["tenant"] for i in default["incidents"]] == [None] and default["chart"][-1]["block"] == 1
+    assert [b["tenant"] for b in board.snapshot(NOW, "globex")["latest"]] == ["globex"]
 
 
 def test_a_start_point_that_is_not_one_exits_2():
@@ -149,7 +194,7 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
             produce(broker.bootstrap, topics["events"], lines[600:])
             rows = "[...document.querySelectorAll('#incidents tbody tr[data-fingerprint]')]"
             shown = await browser.wait_for(
-                f"{rows}.length === {len(final)} && {rows}.map(tr => [tr.dataset.fingerprint, +tr.cells[3].textContent])"
+                f"{rows}.length === {len(final)} && {rows}.map(tr => [tr.dataset.fingerprint, +tr.cells[4].textContent])"
                 f".every(([f, n]) => ({json.dumps(final)})[f] === n) && {rows}.map(tr => tr.dataset.fingerprint)",
                 120,
                 "incidents with their final counts",
@@ -183,6 +228,111 @@ def test_the_page_shows_incidents_and_blocked_runs_live_in_chromium(broker, tmp_
     assert timeline.startswith("run heartbeat-0: 24 events, agent heartbeat")
     assert "BLOCK unknown_tool_repeat" in timeline
     assert "published on the decision topic: 12 of 12 verdicts identical" in timeline
+
+
+@pytest.mark.integration
+def test_the_page_shows_each_tenant_and_filters_by_it_in_chromium(broker, tmp_path):
+    """The same verdicts on the default decisions topic and on a tenant's: the
+    page lists the tenant, shows both, shows only the tenant's once it is
+    chosen, and a click on its run explains it from the tenant's topics."""
+    binary = chromium_path()
+    events = FLEET.read_bytes().splitlines()
+    replayed = run_cli("--config", str(CONFIG), str(FLEET)).stdout.splitlines()
+    topics = names("dashten")
+    tenant = "t-" + topics["app_id"].removeprefix("dashten-")
+    ensure(broker.bootstrap, [(topics[kind], 1, {}) for kind in ("events", "decisions", "incidents")], 1)
+    ensure(broker.bootstrap, [(topic, 1, {}) for topic in tenant_topics(tenant)], 1)
+    # fewer blocks and aborts than the page lists, so that neither side's push the other's out
+    support = [line for line in replayed if decode_verdict(line).agent_id == "support"]
+    heartbeat = [line for line in replayed if decode_verdict(line).agent_id == "heartbeat"]
+    # from now: the tenants other tests left on the shared broker published before
+    start = str(int(time.time() * 1000) - 1000)
+    produce(broker.bootstrap, topics["decisions"], support)
+    produce(broker.bootstrap, tenant_topics(tenant)[0], events)
+    produce(broker.bootstrap, tenant_topics(tenant)[1], heartbeat)
+    port = free_port()
+    log = open(tmp_path / "dashboard.log", "wb")
+    options = ["--from", start, "--tenant-refresh", "1s", "--config", str(CONFIG)]
+    for kind in ("decisions", "incidents", "events"):
+        options += [f"--{kind}-topic", topics[kind]]
+    dashboard = launch(broker.bootstrap, port, log, *options)
+    latest = "[...document.querySelectorAll('#latest tbody tr')].map(tr => tr.cells[1].textContent)"
+
+    async def scenario() -> tuple[list[str], str]:
+        browser = await Browser(binary, tmp_path / "profile").open()
+        try:
+            for _ in range(100):  # the dashboard may still be starting
+                await browser.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+                await asyncio.sleep(0.3)
+                if await browser.evaluate("!!document.getElementById('tenant')"):
+                    break
+            await browser.wait_for(
+                f"[...document.querySelectorAll('#tenant option')].some(o => o.value === {json.dumps(tenant)})",
+                60,
+                "the tenant among the filter's options",
+            )
+            await browser.wait_for(
+                f"{latest}.includes('-') && {latest}.includes({json.dumps(tenant)})", 60, "both tenants' blocks"
+            )
+            await browser.evaluate(
+                f"(s => {{ s.value = {json.dumps(tenant)}; s.dispatchEvent(new Event('change')); }})"
+                "(document.getElementById('tenant'))"
+            )
+            shown = await browser.wait_for(
+                f"{latest}.length > 0 && {latest}.every(t => t === {json.dumps(tenant)}) && {latest}", 30, "one tenant"
+            )
+            await browser.evaluate("document.querySelector('#latest a.run').click()")
+            timeline = await browser.wait_for(
+                "document.getElementById('timeline').textContent.includes('summary:') &&"
+                " document.getElementById('timeline').textContent",
+                60,
+                "the run's timeline",
+            )
+            return shown, timeline
+        finally:
+            await browser.close()
+
+    try:
+        shown, timeline = asyncio.run(scenario())
+    finally:
+        stop(dashboard, signal.SIGINT)
+        log.close()
+    assert shown and set(shown) == {tenant}
+    assert timeline.startswith("run heartbeat-"), timeline
+    assert "published on the decision topic:" in timeline and "verdicts identical" in timeline, timeline
+    served = (tmp_path / "dashboard.log").read_text()
+    assert f"event=tenant_added tenant={tenant}" in served
+
+
+@pytest.mark.integration
+def test_a_timeline_is_read_within_its_window_and_kept_until_the_topics_grow(broker):
+    """A run whose records are older than the window is not scanned for; a
+    timeline asked again is served from the cache until a topic grows."""
+    topics = names("timelines")
+    ensure(broker.bootstrap, [(topics[kind], 2, {}) for kind in ("events", "decisions")], 1)
+    events = [line for line in FLEET.read_bytes().splitlines() if b'"heartbeat-0"' in line]
+    replayed = run_cli("--config", str(CONFIG), "-", stdin=b"\n".join(events)).stdout.splitlines()
+    two_hours_ago = int((time.time() - 7200) * 1000)
+    producer = kafka_clients.producer(broker.bootstrap, acks="all")
+    for topic, lines in ((topics["events"], events), (topics["decisions"], replayed)):
+        for line in lines:
+            producer.send(topic, key=b"heartbeat-0", value=line, timestamp_ms=two_hours_ago)
+    producer.flush()
+    producer.close()
+    config = load_for_cli(str(CONFIG), None, io.StringIO())[0]
+
+    async def ask(window: float) -> tuple[list[Timeline], int]:
+        timelines = Timelines(broker.bootstrap, config, None, window)
+        answers = [await timelines.get("heartbeat-0", topics["events"], topics["decisions"]) for _ in range(2)]
+        produce(broker.bootstrap, topics["events"], events[:1], keys=[b"another-run"])
+        answers.append(await timelines.get("heartbeat-0", topics["events"], topics["decisions"]))
+        return answers, timelines.scans
+
+    recent, scans = asyncio.run(ask(3600.0))
+    assert not any(t.found for t in recent) and scans == 2  # the second answer was the cached one
+    whole, scans = asyncio.run(ask(0))
+    assert whole[0] == whole[1] == whole[2] and scans == 2
+    assert whole[0].found and "published on the decision topic: 12 of 12 verdicts identical" in whole[0].text
 
 
 @pytest.mark.integration

@@ -51,7 +51,7 @@ def test_up_plaintext_default_is_unchanged(broker, tmp_path: Path) -> None:
 
 
 def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tmp_path: Path) -> None:
-    """`up --secure --demo --dashboard`: the demo's verdicts arrive, the page (as admin)
+    """`up --secure --demo --dashboard`: the demo's verdicts arrive, the page (as the auditor)
     lists the demo's blocks and aborts, the fleet stage runs as the worker, and
     SIGTERM stops everything, the page first, the broker last."""
     bootstrap, port = f"127.0.0.1:{free_port()}", free_port()
@@ -89,7 +89,7 @@ def test_up_secure_with_a_dashboard_connects_as_the_roles_and_serves_the_demo(tm
     logs = tmp_path / "data"
     assert "security=SASL_SSL sasl_user=worker" in (logs / "worker.log").read_text()
     assert "security=SASL_SSL sasl_user=worker" in (logs / "fleet-stage.log").read_text()
-    assert "security=SASL_SSL sasl_user=admin" in (logs / "dashboard.log").read_text()
+    assert "security=SASL_SSL sasl_user=auditor" in (logs / "dashboard.log").read_text()
     assert (logs / "kafka" / "secrets" / "gateway.env").exists()
 
 

@@ -1,12 +1,15 @@
 """The secure local broker (docs/SECURITY.md) against real clients: what it
-writes for them, the connections it refuses and why, and what the gateway
-and worker roles may not do. The pipeline over SASL_SSL is in
+writes for them, the connections it refuses and why, and what the gateway,
+worker and auditor roles may not do. The pipeline over SASL_SSL is in
 tests/worker/test_secure_pipeline.py."""
 
 from __future__ import annotations
 
+import json
+import socket
 import stat
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,7 +36,7 @@ def test_the_secrets_a_client_needs(secure_broker) -> None:
     setting, bootstrap included; passwords and env files are the owner's
     only, and no env file holds a password."""
     folder = secrets(secure_broker)
-    for role in ("gateway", "worker", "admin"):
+    for role in ("gateway", "worker", "auditor", "admin"):
         env = env_file(folder / f"{role}.env")
         assert env == {
             "LOOPWARDEN_BOOTSTRAP": secure_broker.bootstrap,
@@ -249,6 +252,66 @@ def test_audit_and_explain_refused_with_or_without_something_to_read(
     ]
 
 
+def _as(broker, role: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """`loopwarden COMMAND` with nothing but `secrets/ROLE.env` for its connection."""
+    return subprocess.run(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', secrets(broker) / f"{role}.env", *LOOPWARDEN, *command],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_the_auditor_reads_for_audit_explain_and_the_dashboard_and_does_nothing_else(secure_broker) -> None:
+    """auditor.env is all audit, explain and the dashboard's reads need; the
+    auditor cannot write a topic, read the dead letters or the worker's
+    changelog, or use a consumer group."""
+    trace = make_trace(1, 3, prefix="audited")
+    run = json.loads(trace[0])["run_id"]
+    produce(secure_broker.bootstrap, EVENTS_TOPIC, trace, security=secure_broker.security("gateway"))
+    explained = _as(secure_broker, "auditor", "explain", run)
+    assert explained.returncode == 0 and explained.stdout.startswith(f"run {run}: {len(trace)} events"), (
+        explained.stderr
+    )
+    audited = _as(secure_broker, "auditor", "audit", "--from-beginning", "--run", run, "--wait", "0s")
+    assert "not authorized" not in audited.stderr, audited.stderr
+    for topic in (DECISIONS_TOPIC, INCIDENTS_TOPIC):
+        _read(secure_broker, "auditor", topic)  # allowed: returns
+    for topic in (EVENTS_TOPIC, DECISIONS_TOPIC, INCIDENTS_TOPIC):
+        with pytest.raises(TopicAuthorizationFailedError, match=topic):
+            _send(secure_broker, "auditor", topic)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = secrets(secure_broker) / "auditor.env"
+    dashboard = subprocess.Popen(
+        ["bash", "-c", 'set -a; . "$0"; exec "$@"', env, *LOOPWARDEN, "dashboard", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        for line in dashboard.stderr:  # serving once the page listens
+            if "event=serving" in line:
+                break
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/explain?run={run}", timeout=60) as answer:
+            assert answer.read().decode().startswith(f"run {run}: {len(trace)} events")
+    finally:
+        dashboard.terminate()
+        dashboard.wait(30)
+    assert "not authorized" not in dashboard.stderr.read()
+    consumer = kafka_clients.consumer(secure_broker.bootstrap, security=secure_broker.security("auditor"))
+    try:
+        with pytest.raises(TopicAuthorizationFailedError, match=DEADLETTER_TOPIC):  # not even described
+            consumer.beginning_offsets([TopicPartition(DEADLETTER_TOPIC, 0)])
+    finally:
+        consumer.close()
+    for group in (secure.APP_ID, FLEET_APP_ID, f"{secure.GATEWAY_GROUP_PREFIX}x", "auditor"):
+        with pytest.raises(GroupAuthorizationFailedError):
+            _read(secure_broker, "auditor", DECISIONS_TOPIC, group=group, join=True)
+
+
 def test_the_worker_cannot_forge_events(secure_broker) -> None:
     with pytest.raises(TopicAuthorizationFailedError, match=EVENTS_TOPIC):
         _send(secure_broker, "worker", EVENTS_TOPIC)
@@ -267,7 +330,9 @@ def test_the_acls_are_the_roles_and_nothing_else(secure_broker) -> None:
         admin.close()
     assert error.errno == 0
     assert set(acls) == set(secure.role_acls())
-    assert {acl.principal for acl in acls} == {"User:gateway", "User:worker"}
+    assert {acl.principal for acl in acls} == {"User:gateway", "User:worker", "User:auditor"}
+    audited = {(a.resource_pattern.resource_name, a.operation) for a in acls if a.principal == "User:auditor"}
+    assert audited == {(topic, ACLOperation.READ) for topic in (EVENTS_TOPIC, DECISIONS_TOPIC, INCIDENTS_TOPIC)}
     assert all(acl.permission_type == ACLPermissionType.ALLOW and acl.host == "*" for acl in acls)
 
 
