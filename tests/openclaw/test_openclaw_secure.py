@@ -1,16 +1,17 @@
 """The OpenClaw plugin over SASL_SSL on the secure broker (docs/SECURITY.md).
 
 Its Kafka clients (@platformatic/kafka, Node 24) connect as the gateway role
-(TLS with the broker's CA, SCRAM, its own consumer group under the gateway
-prefix), publish an event and read a verdict; with a wrong password they are
-refused with the broker's reason. A whole `openclaw agent --local` run over
-SASL_SSL against a worker started from `worker.env` is `heavy` (about 40 s):
-`make test-heavy`."""
+(TLS with the broker's CA, SCRAM, one reply partition read without a
+consumer group), publish an event and read a verdict on that partition; with
+a wrong password they are refused with the broker's reason. A whole
+`openclaw agent --local` run over SASL_SSL against a worker started from
+`worker.env` is `heavy` (about 40 s): `make test-heavy`."""
 
 from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -59,7 +60,9 @@ def test_a_looping_run_is_blocked_over_sasl_ssl(openclaw: OpenClaw, secure_broke
         plugin = {"bootstrap": secure_broker.bootstrap, **_plugin_security(secure_broker, folder / "gateway.password")}
         done = openclaw.run_agent(gateway_home(tmp_path, model.base_url, plugin), "Run the tests until they pass.")
         assert done.returncode == 0, done.stderr[-4000:]
-        assert f"reading verdicts from {DECISIONS_TOPIC} at {secure_broker.bootstrap}" in done.stderr
+        assert re.search(
+            rf"reading verdicts from {DECISIONS_TOPIC} partition \d+ of \d+ at {secure_broker.bootstrap}", done.stderr
+        )
     results = shown_results(model)
     assert executions(counter) == 5
     assert results[5].startswith("CRITICAL: exec was called 5 times with identical arguments and identical results")
@@ -107,13 +110,14 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
     password = secure_broker.data_dir / "secrets" / "gateway.password"
     verdict = b'{"run_id":"secure-bus-run","seq":0,"decision":"allow"}'
     with Bus(openclaw, secure_broker, password) as bus:
-        Bus.until(bus.out, "published")  # after the reader joined its group
+        partition = int(Bus.until(bus.out, "published").split()[1])  # after the reader is positioned
         producer = kafka_clients.producer(secure_broker.bootstrap, security=secure_broker.security("worker"))
         try:
-            producer.send(DECISIONS_TOPIC, key=b"secure-bus-run", value=verdict).get(timeout=30)
+            # Where the worker publishes the verdict of an event naming `partition`.
+            producer.send(DECISIONS_TOPIC, key=b"secure-bus-run", value=verdict, partition=partition).get(timeout=30)
         finally:
             producer.close()
-        assert Bus.until(bus.out, "verdict ") == f"verdict {verdict.decode()}"
+        assert Bus.until(bus.out, "verdict ") == f"verdict {verdict.decode()}"  # it still gets its verdicts
     events = [
         json.loads(value)
         for value in keyed(
@@ -121,7 +125,14 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
         )
     ]
     assert events == [
-        {"type": "tool_call", "run_id": "secure-bus-run", "seq": 0, "tool_call_id": "c0", "tool_name": "read"}
+        {
+            "type": "tool_call",
+            "run_id": "secure-bus-run",
+            "seq": 0,
+            "tool_call_id": "c0",
+            "tool_name": "read",
+            "reply_partition": partition,
+        }
     ]
 
 
