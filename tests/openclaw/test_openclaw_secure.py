@@ -2,10 +2,11 @@
 
 Its Kafka clients (@platformatic/kafka, Node 24) connect as the gateway role
 (TLS with the broker's CA, SCRAM, one reply partition read without a
-consumer group), publish an event and read a verdict on that partition; with
-a wrong password they are refused with the broker's reason. A whole
-`openclaw agent --local` run over SASL_SSL against a worker started from
-`worker.env` is `heavy` (about 40 s): `make test-heavy`."""
+consumer group), publish an event and read a verdict on that partition; the
+gateway role may join no group, so none can take another gateway's reply
+partition over; with a wrong password they are refused with the broker's
+reason. A whole `openclaw agent --local` run over SASL_SSL against a worker
+started from `worker.env` is `heavy` (about 40 s): `make test-heavy`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from kafka.errors import GroupAuthorizationFailedError
 
 from helpers import Worker, env_file, keyed
 from openclaw_gateway import OpenClaw, gateway_home
@@ -111,6 +113,11 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
     verdict = b'{"run_id":"secure-bus-run","seq":0,"decision":"allow"}'
     with Bus(openclaw, secure_broker, password) as bus:
         partition = int(Bus.until(bus.out, "published").split()[1])  # after the reader is positioned
+        # Another gateway (same role) cannot take the reply partition over through a group:
+        # joining any group, the prefix the plugin's groups used to have among them, is refused.
+        for group in (f"{secure.GATEWAY_GROUP_PREFIX}openclaw", "loopwarden-openclaw-no-group"):
+            with pytest.raises(GroupAuthorizationFailedError):
+                _join(secure_broker, group)
         producer = kafka_clients.producer(secure_broker.bootstrap, security=secure_broker.security("worker"))
         try:
             # Where the worker publishes the verdict of an event naming `partition`.
@@ -134,6 +141,19 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
             "reply_partition": partition,
         }
     ]
+
+
+def _join(broker, group: str) -> None:
+    """Subscribe to the decisions topic as the gateway role, a member of `group`."""
+    consumer = kafka_clients.consumer(
+        broker.bootstrap, security=broker.security("gateway"), group_id=group, enable_auto_commit=False
+    )
+    try:
+        consumer.subscribe([DECISIONS_TOPIC])
+        for _ in range(150):  # a refusal ends it at once
+            consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
 
 
 def test_the_plugin_with_a_wrong_password_is_refused(openclaw: OpenClaw, secure_broker, tmp_path: Path) -> None:
