@@ -53,5 +53,5 @@ def test_the_plugins_decisions_are_the_schemas() -> None:
 
 def test_the_plugins_default_topics_are_the_projects() -> None:
     config = (PLUGIN / "config.ts").read_text()
-    defaults = dict(re.findall(r'topic\(config, "(\w+)", "([^"]+)"\)', config))
+    defaults = dict(re.findall(r'topic\(config, "(\w+)", "LOOPWARDEN_\w+", "([^"]+)", env\)', config))
     assert defaults == {"eventsTopic": EVENTS_TOPIC, "decisionsTopic": DECISIONS_TOPIC}

@@ -11,8 +11,9 @@ given its env file.
 
 Roles (principals `User:gateway`, `User:worker`, `User:auditor`), and nothing else:
 
-- gateway: write the events topic, read the decisions topic, with consumer
-  groups named `loopwarden-gateway-*` (its own) or none;
+- gateway: write the events topic, read the decisions topic, with no
+  consumer group (it reads its reply partition by assignment, so there is no
+  group another gateway could join to take it over);
 - worker: read the events topic; write the decisions and dead-letter topics
   (and read and write `WORKER_TOPICS`); own every topic and transactional id
   starting with its app id and `-` (Faust's changelog and repartition
@@ -60,7 +61,7 @@ ROLES = (GATEWAY, WORKER, AUDITOR)
 MECHANISM = "SCRAM-SHA-512"
 #: The app id the worker role's ACLs are written for (the worker's default).
 APP_ID = "loopwarden"
-#: Consumer groups a gateway may use: its own, one per process.
+#: The prefix gateways' consumer groups had; no group ACL names it any more.
 GATEWAY_GROUP_PREFIX = "loopwarden-gateway-"
 #: Topics of later stages that the worker reads and writes besides its own three.
 WORKER_TOPICS: tuple[str, ...] = (INCIDENTS_TOPIC,)
@@ -280,7 +281,6 @@ def role_acls() -> list[object]:
     grants = [
         (GATEWAY, ResourceType.TOPIC, EVENTS_TOPIC, literal, op.WRITE),
         (GATEWAY, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.READ),
-        (GATEWAY, ResourceType.GROUP, GATEWAY_GROUP_PREFIX, prefixed, op.READ),
         (WORKER, ResourceType.TOPIC, EVENTS_TOPIC, literal, op.READ),
         (WORKER, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.WRITE),
         (WORKER, ResourceType.TOPIC, DECISIONS_TOPIC, literal, op.READ),  # the fleet stage's input

@@ -154,7 +154,8 @@ def agent_run(
 def looping_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
     config = loopwarden_config(work, warningThreshold=3, criticalThreshold=5)
     script = loop_on_exec(counter_in(work), stop_when="CRITICAL", after=3)  # it never gets to: recovery ends it
-    return agent_run(openclaw, broker, work, "openclaw", config, script)
+    # The reply partition named; the compaction run's is picked from its installation's instance id.
+    return agent_run(openclaw, broker, work, "openclaw", config, script, plugin={"replyPartition": 2})
 
 
 def compaction_run(openclaw: OpenClaw, broker: Any, work: Path) -> Run:
@@ -256,6 +257,11 @@ def test_a_looping_run_is_warned_blocked_then_ended(runs: dict[str, Future[Run]]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     first = events[0][2]
     assert first["args"] == {"command": f"echo ran >> {counter}; echo same output"} and first["agent_id"] == "main"
+    # Calls and results name the reply partition the plugin reads; the verdicts came back on it, and only there.
+    for _, _, event in events:
+        assert event.get("reply_partition") == (2 if event["type"] in ("tool_call", "tool_result") else None), event
+    verdicts = run_events(broker.bootstrap, topics["decisions"])
+    assert len(verdicts) == 7 and {partition for partition, _, _ in verdicts} == {2}
 
     timeline = explain(broker.bootstrap, topics, run.config, run_id)
     assert "WARN generic_repeat (warning, count 3)" in timeline
@@ -284,6 +290,12 @@ def test_a_loop_that_survives_compaction_is_aborted_with_local_hashing(runs: dic
     assert kinds.index("compaction") == 6  # after three calls and their results
     assert str(counter) not in json.dumps([event for _, _, event in events])  # args never left the gateway
     assert all("args_hash" in event for _, _, event in events if event["type"] in ("tool_call", "tool_result"))
+    # No replyPartition set: one picked from the installation's instance id, named on every call and
+    # result, and the only partition the verdicts came back on.
+    named = {event.get("reply_partition") for _, _, event in events if event["type"] in ("tool_call", "tool_result")}
+    assert len(named) == 1 and named <= {0, 1, 2}, named
+    verdicts = run_events(broker.bootstrap, topics["decisions"])
+    assert verdicts and {partition for partition, _, _ in verdicts} == named
 
     timeline = explain(broker.bootstrap, topics, run.config, run_id)
     assert "ABORT compaction_loop_persisted (critical, count 3)" in timeline

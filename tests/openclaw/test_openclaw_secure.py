@@ -1,21 +1,24 @@
 """The OpenClaw plugin over SASL_SSL on the secure broker (docs/SECURITY.md).
 
 Its Kafka clients (@platformatic/kafka, Node 24) connect as the gateway role
-(TLS with the broker's CA, SCRAM, its own consumer group under the gateway
-prefix), publish an event and read a verdict; with a wrong password they are
-refused with the broker's reason. A whole `openclaw agent --local` run over
-SASL_SSL against a worker started from `worker.env` is `heavy` (about 40 s):
-`make test-heavy`."""
+(TLS with the broker's CA, SCRAM, one reply partition read without a
+consumer group), publish an event and read a verdict on that partition; the
+gateway role may join no group, so none can take another gateway's reply
+partition over; with a wrong password they are refused with the broker's
+reason. A whole `openclaw agent --local` run over SASL_SSL against a worker
+started from `worker.env` is `heavy` (about 40 s): `make test-heavy`."""
 
 from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+from kafka.errors import GroupAuthorizationFailedError
 
 from helpers import Worker, env_file, keyed
 from openclaw_gateway import OpenClaw, gateway_home
@@ -59,7 +62,9 @@ def test_a_looping_run_is_blocked_over_sasl_ssl(openclaw: OpenClaw, secure_broke
         plugin = {"bootstrap": secure_broker.bootstrap, **_plugin_security(secure_broker, folder / "gateway.password")}
         done = openclaw.run_agent(gateway_home(tmp_path, model.base_url, plugin), "Run the tests until they pass.")
         assert done.returncode == 0, done.stderr[-4000:]
-        assert f"reading verdicts from {DECISIONS_TOPIC} at {secure_broker.bootstrap}" in done.stderr
+        assert re.search(
+            rf"reading verdicts from {DECISIONS_TOPIC} partition \d+ of \d+ at {secure_broker.bootstrap}", done.stderr
+        )
     results = shown_results(model)
     assert executions(counter) == 5
     assert results[5].startswith("CRITICAL: exec was called 5 times with identical arguments and identical results")
@@ -107,13 +112,19 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
     password = secure_broker.data_dir / "secrets" / "gateway.password"
     verdict = b'{"run_id":"secure-bus-run","seq":0,"decision":"allow"}'
     with Bus(openclaw, secure_broker, password) as bus:
-        Bus.until(bus.out, "published")  # after the reader joined its group
+        partition = int(Bus.until(bus.out, "published").split()[1])  # after the reader is positioned
+        # Another gateway (same role) cannot take the reply partition over through a group:
+        # joining any group, the prefix the plugin's groups used to have among them, is refused.
+        for group in (f"{secure.GATEWAY_GROUP_PREFIX}openclaw", "loopwarden-openclaw-no-group"):
+            with pytest.raises(GroupAuthorizationFailedError):
+                _join(secure_broker, group)
         producer = kafka_clients.producer(secure_broker.bootstrap, security=secure_broker.security("worker"))
         try:
-            producer.send(DECISIONS_TOPIC, key=b"secure-bus-run", value=verdict).get(timeout=30)
+            # Where the worker publishes the verdict of an event naming `partition`.
+            producer.send(DECISIONS_TOPIC, key=b"secure-bus-run", value=verdict, partition=partition).get(timeout=30)
         finally:
             producer.close()
-        assert Bus.until(bus.out, "verdict ") == f"verdict {verdict.decode()}"
+        assert Bus.until(bus.out, "verdict ") == f"verdict {verdict.decode()}"  # it still gets its verdicts
     events = [
         json.loads(value)
         for value in keyed(
@@ -121,8 +132,28 @@ def test_the_plugin_publishes_and_reads_verdicts_over_sasl_ssl(openclaw: OpenCla
         )
     ]
     assert events == [
-        {"type": "tool_call", "run_id": "secure-bus-run", "seq": 0, "tool_call_id": "c0", "tool_name": "read"}
+        {
+            "type": "tool_call",
+            "run_id": "secure-bus-run",
+            "seq": 0,
+            "tool_call_id": "c0",
+            "tool_name": "read",
+            "reply_partition": partition,
+        }
     ]
+
+
+def _join(broker, group: str) -> None:
+    """Subscribe to the decisions topic as the gateway role, a member of `group`."""
+    consumer = kafka_clients.consumer(
+        broker.bootstrap, security=broker.security("gateway"), group_id=group, enable_auto_commit=False
+    )
+    try:
+        consumer.subscribe([DECISIONS_TOPIC])
+        for _ in range(150):  # a refusal ends it at once
+            consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
 
 
 def test_the_plugin_with_a_wrong_password_is_refused(openclaw: OpenClaw, secure_broker, tmp_path: Path) -> None:

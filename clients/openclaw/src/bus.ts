@@ -4,21 +4,20 @@
  * native addon to download at install).
  */
 
-import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { hostname } from "node:os";
 import type { ConnectionOptions as TlsOptions } from "node:tls";
 
 import {
   compatibilityPartitioner,
   Consumer,
   type MessagesStream,
+  murmur2,
   Producer,
   stringDeserializers,
   stringSerializers,
 } from "@platformatic/kafka";
 
-import { readPassword, type Mechanism, type Security, type Settings } from "./config.js";
+import { choosePartition, readPassword, type Mechanism, type Security, type Settings } from "./config.js";
 
 export interface Log {
   debug(message: string): void;
@@ -29,8 +28,13 @@ export interface Log {
 /** How long a dead broker holds a publish before it fails; the verdict wait is bounded by timeoutMs anyway. */
 const PRODUCER_TIMEOUT_MS = 5_000;
 const RECONNECT_DELAY_MS = 5_000;
-/** The consumer groups loopwarden's gateway role may use. */
-export const GATEWAY_GROUP_PREFIX = "loopwarden-gateway-";
+/** The client id every gateway's connections show: nothing of the host or process in it. */
+export const CLIENT_ID = "loopwarden-openclaw";
+/**
+ * Required by @platformatic/kafka's Consumer, never sent: the reader assigns
+ * its partition itself and never joins, commits to or leaves a group.
+ */
+const UNUSED_GROUP = "loopwarden-openclaw-no-group";
 
 /** What a connection needs for the settings' TLS and SASL; nothing for PLAINTEXT. */
 export interface ConnectionSecurity {
@@ -83,16 +87,19 @@ export class Bus {
   private stream: MessagesStream<string, string, string, string> | undefined;
   private readyPromise: Promise<void>;
   private closed = false;
+  /** The decisions partition read, named on every call and result; known once the reader is positioned. */
+  replyPartition: number | undefined;
 
   constructor(
     private readonly settings: Settings,
     private readonly onMessage: (value: string) => void,
     private readonly log: Log,
+    private readonly instanceId: string,
   ) {
     // Java's partitioner (murmur2, sign bit masked): a run's events land on the
     // partition any other Kafka client would pick for the same key.
     this.producer = new Producer({
-      clientId: `loopwarden-openclaw-${process.pid}`,
+      clientId: CLIENT_ID,
       bootstrapBrokers: settings.bootstrap,
       ...connectionSecurity(settings.security),
       serializers: stringSerializers,
@@ -114,13 +121,18 @@ export class Bus {
     await this.producer.send({ messages: [{ topic: this.settings.eventsTopic, key: runId, value: JSON.stringify(event) }] });
   }
 
+  /**
+   * Reads one partition of the decisions topic, assigned by hand from the
+   * latest offset: no consumer group, so there is none another gateway could
+   * join to take the partition over, and no verdicts of other gateways'
+   * partitions cross the wire.
+   */
   private async subscribe(): Promise<void> {
+    const topic = this.settings.decisionsTopic;
     while (!this.closed) {
-      // A group of its own: every gateway process reads every verdict and keeps those of its runs.
-      // Its name starts with the prefix a gateway's ACLs allow (docs/SECURITY.md).
       const consumer = new Consumer({
-        clientId: `loopwarden-openclaw-${process.pid}`,
-        groupId: `${GATEWAY_GROUP_PREFIX}openclaw-${hostname()}-${process.pid}-${randomUUID()}`,
+        clientId: CLIENT_ID,
+        groupId: UNUSED_GROUP,
         bootstrapBrokers: this.settings.bootstrap,
         ...connectionSecurity(this.settings.security),
         deserializers: stringDeserializers,
@@ -128,26 +140,30 @@ export class Bus {
         retries: 1,
       });
       try {
-        const stream = await consumer.consume({
-          topics: [this.settings.decisionsTopic],
-          mode: "latest",
-          autocommit: false,
-          maxWaitTime: 100,
-          sessionTimeout: 10_000,
-          heartbeatInterval: 1_000,
-        });
+        const metadata = await consumer.metadata({ topics: [topic] });
+        const count = metadata.topics.get(topic)?.partitionsCount ?? 0;
+        if (!count) throw new Error(`topic ${topic} has no partitions`);
+        const { partition, warning } = choosePartition(this.settings.replyPartition, this.instanceId, count, (key) => murmur2(key));
+        if (warning) this.log.warn(`loopwarden: ${warning}`);
+        // What a group's join would have set: with a member id and the topic
+        // tracked, consume() streams this assignment and never joins.
+        consumer.topics.track(topic);
+        consumer.memberId = UNUSED_GROUP;
+        consumer.assignments = [{ topic, partitions: [partition] }];
+        const stream = await consumer.consume({ topics: [topic], mode: "latest", autocommit: false, maxWaitTime: 100 });
         stream.on("data", (message) => {
           if (message.value) this.onMessage(message.value);
         });
         stream.on("error", (error: Error) => this.log.warn(`loopwarden: decision reader error: ${rootCauses(error)}`));
         this.consumer = consumer;
         this.stream = stream;
-        this.log.info(`loopwarden: reading verdicts from ${this.settings.decisionsTopic} at ${this.settings.bootstrap.join(",")}`);
+        this.replyPartition = partition;
+        this.log.info(`loopwarden: reading verdicts from ${topic} partition ${partition} of ${count} at ${this.settings.bootstrap.join(",")}`);
         return;
       } catch (error) {
         await consumer.close(true).catch(() => undefined);
         this.log.warn(
-          `loopwarden: cannot read ${this.settings.decisionsTopic} at ${this.settings.bootstrap.join(",")}: ` +
+          `loopwarden: cannot read ${topic} at ${this.settings.bootstrap.join(",")}: ` +
             `${rootCauses(error)}; retrying in ${RECONNECT_DELAY_MS / 1000}s`,
         );
         await new Promise((resolve) => setTimeout(resolve, RECONNECT_DELAY_MS).unref());

@@ -32,6 +32,10 @@ export interface Settings {
   failurePolicy: FailurePolicy;
   localHashing: boolean;
   security: Security;
+  /** The decisions partition to read and name on events; else the one `instanceId` picks. */
+  replyPartition?: number;
+  /** Picks the reply partition when `replyPartition` is not set; else the gateway installation's own id. */
+  instanceId?: string;
 }
 
 /** Past the gateway's 15 s hook budget the gateway blocks the call itself; stay well under it. */
@@ -45,6 +49,8 @@ const KNOWN = [
   "timeoutMs",
   "failurePolicy",
   "localHashing",
+  "replyPartition",
+  "instanceId",
   "securityProtocol",
   ...SASL_KEYS,
   ...SSL_KEYS,
@@ -57,8 +63,9 @@ function show(value: unknown): string {
   return JSON.stringify(value) ?? String(value);
 }
 
-function topic(raw: Record<string, unknown>, name: string, fallback: string): string {
-  const value = raw[name] ?? fallback;
+/** A topic setting; unset, the variable a tenant's gateway.env sets, else the default pair. */
+function topic(raw: Record<string, unknown>, name: string, variable: string, fallback: string, env: NodeJS.ProcessEnv): string {
+  const value = raw[name] ?? (env[variable] || fallback);
   if (typeof value !== "string" || !value) throw new SettingsError(`${name}: expected a topic name, got ${show(value)}`);
   return value;
 }
@@ -119,7 +126,7 @@ function parseSecurity(config: Record<string, unknown>): Security {
   return security;
 }
 
-export function parseSettings(raw: unknown): Settings {
+export function parseSettings(raw: unknown, env: NodeJS.ProcessEnv = process.env): Settings {
   if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
     throw new SettingsError(`expected an object with at least "bootstrap", got ${show(raw)}`);
   }
@@ -142,13 +149,48 @@ export function parseSettings(raw: unknown): Settings {
   }
   const localHashing = config.localHashing ?? false;
   if (typeof localHashing !== "boolean") throw new SettingsError(`localHashing: expected true or false, got ${show(localHashing)}`);
-  return {
+  const { replyPartition, instanceId } = config;
+  if (replyPartition !== undefined && instanceId !== undefined) {
+    throw new SettingsError("replyPartition and instanceId are both set: give one (replyPartition names the partition, instanceId picks one)");
+  }
+  if (replyPartition !== undefined && (typeof replyPartition !== "number" || !Number.isInteger(replyPartition) || replyPartition < 0)) {
+    throw new SettingsError(`replyPartition: expected an integer from 0, got ${show(replyPartition)}`);
+  }
+  if (instanceId !== undefined && (typeof instanceId !== "string" || !instanceId.trim())) {
+    throw new SettingsError(`instanceId: expected a non-empty string, got ${show(instanceId)}`);
+  }
+  const settings: Settings = {
     bootstrap: servers,
-    eventsTopic: topic(config, "eventsTopic", "loopwarden.events"),
-    decisionsTopic: topic(config, "decisionsTopic", "loopwarden.decisions"),
+    eventsTopic: topic(config, "eventsTopic", "LOOPWARDEN_EVENTS_TOPIC", "loopwarden.events", env),
+    decisionsTopic: topic(config, "decisionsTopic", "LOOPWARDEN_DECISIONS_TOPIC", "loopwarden.decisions", env),
     timeoutMs,
     failurePolicy,
     localHashing,
     security: parseSecurity(config),
+  };
+  if (replyPartition !== undefined) settings.replyPartition = replyPartition as number;
+  if (instanceId !== undefined) settings.instanceId = instanceId as string;
+  return settings;
+}
+
+/**
+ * The decisions partition a gateway reads, of `count`: `replyPartition` when
+ * it is one of them, else the partition Kafka's default partitioner gives the
+ * key `instanceId` (the Python client's choice for the same id). An
+ * out-of-range `replyPartition` falls back to the instance id's partition,
+ * with `warning` saying so: the gateway still reads one partition, its own.
+ */
+export function choosePartition(
+  replyPartition: number | undefined,
+  instanceId: string,
+  count: number,
+  hash: (key: string) => number,
+): { partition: number; warning?: string } {
+  const derived = (hash(instanceId) & 0x7fffffff) % count;
+  if (replyPartition === undefined) return { partition: derived };
+  if (replyPartition < count) return { partition: replyPartition };
+  return {
+    partition: derived,
+    warning: `replyPartition ${replyPartition} is not a partition of a topic with ${count}; reading partition ${derived} (from the instance id) instead`,
   };
 }

@@ -47,6 +47,8 @@ export interface Verdict {
 export interface Publisher {
   publish(runId: string, event: object): Promise<void>;
   ready(): Promise<void>;
+  /** The decisions partition read, once known: calls and results name it, so their verdicts come back there. */
+  readonly replyPartition?: number;
 }
 
 /** What the gateway is told to do with a call. */
@@ -167,7 +169,9 @@ export class Guard {
 
   private send(runId: string, run: Run, body: Record<string, unknown>): { seq: number; sent: Promise<void> } {
     const seq = run.nextSeq++;
-    const event = { ...body, run_id: runId, seq, ts: nowSeconds() };
+    const event: Record<string, unknown> = { ...body, run_id: runId, seq, ts: nowSeconds() };
+    const partition = this.bus.replyPartition;
+    if (partition !== undefined && (body.type === "tool_call" || body.type === "tool_result")) event.reply_partition = partition;
     run.published = true;
     const sent = run.tail.then(() => this.bus.publish(runId, event));
     run.tail = sent.catch(() => undefined);

@@ -13,6 +13,7 @@ import type { OpenClawPluginApi, OpenClawPluginDefinition } from "openclaw/plugi
 import { Bus, type Log } from "./bus.js";
 import { parseSettings } from "./config.js";
 import { Guard } from "./guard.js";
+import { instanceId } from "./instance.js";
 
 interface Shared {
   guards: Map<string, Guard>;
@@ -38,7 +39,19 @@ function guardFor(api: OpenClawPluginApi): Guard {
   let guard = shared.guards.get(key);
   if (!guard) {
     let created: Guard | undefined;
-    const bus = new Bus(settings, (value) => created?.verdict(value), log);
+    let id = settings.instanceId;
+    if (id === undefined) {
+      let stateDir: string | undefined;
+      try {
+        stateDir = api.runtime.state.resolveStateDir();
+      } catch {
+        stateDir = undefined;
+      }
+      const kept = instanceId(stateDir);
+      if (kept.warning) log.warn(`loopwarden: ${kept.warning}`);
+      id = kept.id;
+    }
+    const bus = new Bus(settings, (value) => created?.verdict(value), log, id);
     created = guard = new Guard(settings, bus, log, abortAgentRun);
     shared.guards.set(key, guard);
     log.info(
