@@ -108,8 +108,11 @@ def test_each_tenant_is_counted_apart_and_published_as_the_offline_command_print
     published: dict[str | None, set[bytes]] = {}
     for record in records:
         published.setdefault(decode_incident(record).tenant, set()).add(record)
-    assert published == {tenant: set(lines) for tenant, lines in expected.items()}, stage.log()[-4000:]
-    assert {line["tenant"] for line in stage.lines("incident_open")} == {"-", first, later}
+    # The stage serves every tenant on the broker, and other tests of this session leave theirs on it:
+    # only this test's tenants are compared.
+    mine = {tenant: found for tenant, found in published.items() if tenant in expected}
+    assert mine == {tenant: set(lines) for tenant, lines in expected.items()}, stage.log()[-4000:]
+    assert {"-", first, later} <= {line["tenant"] for line in stage.lines("incident_open")}
 
 
 def make_tenant_topics(bootstrap: str, tenant: str) -> None:
