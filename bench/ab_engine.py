@@ -41,6 +41,14 @@ def _forget_tree_modules() -> None:
         del sys.modules[name]
 
 
+def _config_parser() -> Any:
+    """The tree's config parser: schemas.configparse, or streams.engine.config in a tree older than that."""
+    try:
+        return importlib.import_module("schemas.configparse")
+    except ModuleNotFoundError:
+        return importlib.import_module("streams.engine.config")
+
+
 class Engine:
     """One tree's codec, engine and replay, imported apart from the other tree's."""
 
@@ -50,7 +58,7 @@ class Engine:
         try:
             codec = importlib.import_module("schemas.codec")
             engine = importlib.import_module("streams.engine")
-            config = importlib.import_module("streams.engine.config")
+            config = _config_parser()
             replay = importlib.import_module("streams.tools.replay")
         finally:
             sys.path.remove(str(tree))

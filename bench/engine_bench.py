@@ -77,7 +77,7 @@ OUT_DIR = Path(__file__).resolve().parent / "out"
 def _engine():
     from schemas.codec import decode_event, encode_verdict
     from streams.engine import apply
-    from streams.engine.config import parse_config
+    from schemas.configparse import parse_config
     from streams.tools.replay import replay
 
     return decode_event, encode_verdict, apply, parse_config(CONFIG).config, replay

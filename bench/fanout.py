@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.pipeline import common
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.client import GuardClient
 
 MODES = ("whole_topic", "reply_partition")
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     with common.broker(args.bootstrap) as bootstrap:
         names = common.topic_names("fanout")
         from streams.worker.settings import Topics
-        from streams.worker.topics import ensure_topics
+        from streams.kafka.topics import ensure_topics
 
         topics = Topics(
             events=names["events"],

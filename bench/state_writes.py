@@ -25,7 +25,7 @@ import time
 import faust
 from rocksdict import WriteOptions
 
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.worker.store import UNLOGGED
 
 

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streams.client import ClientVerdict, GuardClient  # noqa: E402
-from streams.kafka_clients import PLAINTEXT, SecurityError, security_from  # noqa: E402
+from streams.kafka.clients import PLAINTEXT, SecurityError, security_from  # noqa: E402
 
 DEMO_CONFIG = {
     "tools": {
@@ -128,7 +128,7 @@ def local_stack(config: dict):
     """A temporary broker and a worker; yields the bootstrap address."""
     from streams.tools.broker import LocalBroker
     from streams.worker.settings import Topics
-    from streams.worker.topics import ensure_topics
+    from streams.kafka.topics import ensure_topics
 
     workdir = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))
     config_path = workdir / "demo.json"

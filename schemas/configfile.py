@@ -6,11 +6,10 @@ import os
 from typing import TextIO
 
 from schemas.config import FleetConfig
+from schemas.configparse import ConfigError, Resolved, parse_config
 from schemas.jsonfile import read_document
 from schemas.policy import FleetPolicy
 from schemas.policyfile import load_policy
-
-from streams.engine.config import ConfigError, Resolved, parse_config
 
 CONFIG_ENV = "LOOPWARDEN_CONFIG"
 

@@ -13,8 +13,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
 from schemas.policy import PolicyError
-from streams.engine.config import ConfigError
-from streams.kafka_clients import ConnectionRefused, KafkaUnreachable, SecurityError
+from schemas.configparse import ConfigError
+from streams.kafka.clients import ConnectionRefused, KafkaUnreachable, SecurityError
 from streams.helptext import add_command
 from streams.listen import port
 
@@ -131,8 +131,9 @@ def _fleet(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from streams.worker.settings import connection_from_args, topics_from_args
-    from streams.worker.topics import ensure_project_topics
+    from streams.kafka.options import connection_from_args
+    from streams.worker.settings import topics_from_args
+    from streams.kafka.topics import ensure_project_topics
 
     bootstrap, security = connection_from_args(args)
     states = ensure_project_topics(
@@ -150,8 +151,8 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 def _topics_list(args: argparse.Namespace) -> int:
     from streams.tools.progress import plural
-    from streams.worker.settings import connection_from_args
-    from streams.worker.topics import list_topics
+    from streams.kafka.options import connection_from_args
+    from streams.kafka.topics import list_topics
 
     bootstrap, security = connection_from_args(args)
     for name, partitions in list_topics(bootstrap, timeout=args.timeout, security=security).items():
@@ -161,8 +162,8 @@ def _topics_list(args: argparse.Namespace) -> int:
 
 def _topics_describe(args: argparse.Namespace) -> int:
     from streams.tools.progress import plural
-    from streams.worker.settings import connection_from_args
-    from streams.worker.topics import describe, missing_topic
+    from streams.kafka.options import connection_from_args
+    from streams.kafka.topics import describe, missing_topic
 
     bootstrap, security = connection_from_args(args)
     names = args.names or [args.events_topic, args.decisions_topic, args.deadletter_topic, args.incidents_topic]
@@ -181,7 +182,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
 
 def _topic_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """`run`, a topics action, with a TopicError said in one line (exit 1)."""
-    from streams.worker.topics import TopicError
+    from streams.kafka.topics import TopicError
 
     try:
         return run(args)
@@ -194,8 +195,9 @@ def _add_topics_action(
     actions: argparse._SubParsersAction, name: str, help: str, run: Callable[[argparse.Namespace], int]
 ) -> argparse.ArgumentParser:
     """A `topics` action: the connection options and one --timeout for its admin requests."""
-    from streams.worker.settings import add_connection_options, duration, format_duration
-    from streams.worker.topics import ADMIN_TIMEOUT
+    from streams.argtypes import duration, format_duration
+    from streams.kafka.options import add_connection_options
+    from streams.kafka.topics import ADMIN_TIMEOUT
 
     parser = add_command(actions, name, help=help)
     add_connection_options(parser)
@@ -219,11 +221,11 @@ def _add_incidents_topic(parser: argparse.ArgumentParser) -> None:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from streams.kafka_clients import describe_error
+    from streams.kafka.clients import describe_error
     from streams.tools.produce import produce_file
     from streams.tools.progress import Tally, plural
-    from streams.worker.settings import connection_from_args
-    from streams.worker.topics import TopicError, require_topic
+    from streams.kafka.options import connection_from_args
+    from streams.kafka.topics import TopicError, require_topic
 
     topic = args.events_topic
     bootstrap, security = connection_from_args(args)
@@ -251,10 +253,10 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
-    from streams.kafka_clients import describe_error
-    from streams.tools.audit import AuditError
+    from streams.kafka.clients import describe_error
+    from streams.kafka.reader import ReadError
     from streams.tools.tail import tail
-    from streams.worker.settings import connection_from_args
+    from streams.kafka.options import connection_from_args
 
     topic = args.topic or (args.deadletter_topic if args.deadletter else args.decisions_topic)
     bootstrap, security = connection_from_args(args)
@@ -273,7 +275,7 @@ def _tail(args: argparse.Namespace) -> int:
         )
     except BrokenPipeError:
         raise
-    except AuditError as exc:
+    except ReadError as exc:
         print(f"loopwarden: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # broker unreachable
@@ -298,7 +300,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from streams.tools.audit import main as audit_main
-    from streams.worker.settings import connection_from_args
+    from streams.kafka.options import connection_from_args
 
     args.bootstrap, args.security = connection_from_args(args)
     return audit_main(args)
@@ -421,16 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
         decisions_topic,
         events_topic,
     )
-    from streams.worker.settings import (
-        add_connection_options,
-        add_reach_options,
-        add_security_options,
-        add_topic_names,
-        add_topic_options,
-        add_worker_options,
-        duration,
-        positive_int,
-    )
+    from streams.argtypes import duration, positive_int
+    from streams.kafka.options import add_connection_options, add_reach_options, add_security_options
+    from streams.worker.settings import add_topic_names, add_topic_options, add_worker_options
 
     worker = add_command(commands, "worker", help="run the stream processor (a Faust worker)")
     add_connection_options(worker, verbose=False)

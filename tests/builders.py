@@ -22,7 +22,7 @@ from schemas.state import RunState, StoredRun
 from schemas.codec import decode_event, decode_stored, encode_stored, encode_verdict
 from schemas.verdicts import Verdict
 from streams.engine import apply
-from streams.engine.config import parse_config
+from schemas.configparse import parse_config
 
 _MISSING = object()
 

@@ -21,8 +21,8 @@ from schemas.config import FleetConfig
 from schemas.state import RunState
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, encode_verdict
-from streams import kafka_clients
-from streams.apply import apply_safely
+from streams.kafka import clients as kafka_clients
+from streams.engine.entry import apply_safely
 
 from helpers import worker_command
 

@@ -23,7 +23,7 @@ from builders import cli_environ
 from schemas.codec import decode_incident
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]

@@ -73,7 +73,7 @@ def topic_names(prefix: str) -> dict[str, str]:
 
 def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
     from streams.worker.settings import Topics
-    from streams.worker.topics import ensure_topics
+    from streams.kafka.topics import ensure_topics
 
     ensure_topics(
         bootstrap,
@@ -89,7 +89,7 @@ def stamp_on_append(bootstrap: str, topics: Sequence[str]) -> None:
     client that sends and the one that reads, shared by every side measured."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
-    from streams.worker.topics import admin_client
+    from streams.kafka.topics import admin_client
 
     admin = admin_client(bootstrap)
     try:
@@ -137,7 +137,7 @@ def tool_calls(messages: Sequence[tuple[bytes, bytes]]) -> int:
 
 async def produce_all(bootstrap: str, topic: str, messages: Sequence[tuple[bytes, bytes]]) -> float:
     """Publish keyed messages as fast as aiokafka allows; returns seconds."""
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
 
     producer = kafka_clients.aio_producer(
         bootstrap,
@@ -168,7 +168,7 @@ async def collect(
     ``count`` arrived, ``idle`` seconds pass without one, or ``timeout``."""
     from aiokafka import TopicPartition
 
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
 
     consumer = kafka_clients.aio_consumer(
         bootstrap,
@@ -197,7 +197,7 @@ async def collect(
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
-    from streams.worker.topics import describe_partitions
+    from streams.kafka.topics import describe_partitions
 
     return describe_partitions(bootstrap, [topic])[topic]
 

@@ -203,7 +203,7 @@ async def drive(
 ) -> tuple[dict[str, Any], list[Sample]]:
     from aiokafka import TopicPartition
 
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
 
     producer = kafka_clients.aio_producer(bootstrap, acks="all", linger_ms=0)
     consumer = kafka_clients.aio_consumer(

@@ -15,7 +15,7 @@ import os
 
 import faust
 
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.worker.settings import DEFAULTS
 
 app = faust.App(

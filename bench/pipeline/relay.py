@@ -30,7 +30,7 @@ async def start_clients(bootstrap: str, source: str) -> tuple[Any, Any]:
     """(consumer assigned every partition of ``source`` from the beginning, producer), both started."""
     from aiokafka import TopicPartition
 
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
 
     consumer = kafka_clients.aio_consumer(
         bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"

@@ -55,8 +55,8 @@ from msgspec import UNSET
 from schemas.events import MAX_TURN_CHARS, Compaction, Event, RunEnd, ToolCall, ToolResult
 from schemas import topics
 from schemas.verdicts import Verdict
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 from streams.engine.hashing import args_hash as engine_args_hash
 from streams.engine.hashing import classify, result_outcome, wire_fields
 from streams.engine.stablejson import normalize_payload

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 from schemas.codec import BadEvent
 from schemas.config import FleetConfig
+from schemas.configparse import ConfigError
 from schemas.events import Event, ToolCall, ToolResult, is_set
 from schemas.policy import FleetPolicy
 from schemas.state import RunState
 from streams.engine import Outcome, apply
-from streams.engine.config import ConfigError
 from streams.engine.stablejson import python_stable_json
 
 HASH_ERRORS = (RecursionError, ValueError, TypeError)

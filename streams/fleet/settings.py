@@ -10,19 +10,11 @@ from pathlib import Path
 
 from schemas.topics import DECISIONS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.incidents import IncidentSettings
-from streams.kafka_clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
+from streams.kafka.clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
 from streams.listen import WEB_HOST, port
-from streams.worker.settings import (
-    DATA_DIR_ENV,
-    DEFAULT_PARTITIONS,
-    add_web_host_option,
-    default_bootstrap,
-    duration,
-    format_duration,
-    non_negative_int,
-    positive_int,
-    security_from_args,
-)
+from streams.argtypes import duration, format_duration, non_negative_int, positive_int
+from streams.kafka.options import default_bootstrap, security_from_args
+from streams.worker.settings import DATA_DIR_ENV, DEFAULT_PARTITIONS, add_web_host_option
 
 DEFAULTS = IncidentSettings()
 #: The stage's consumer group and table namespace unless --app-id says otherwise.

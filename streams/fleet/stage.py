@@ -34,7 +34,7 @@ from schemas.codec import decode_tally, decode_verdict, encode_incident, encode_
 from schemas.incidents import FingerprintTally
 from schemas.topics import tenant_topics
 from schemas.verdicts import Verdict
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
@@ -197,7 +197,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.worker.app import Worker, connection_accepted, web_port_free
-    from streams.worker.topics import TopicError, ensure, log_created, require_topic
+    from streams.kafka.topics import TopicError, ensure, log_created, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
     if not web_port_free(log, settings.web_port, settings.web_host):

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from schemas.topics import INCIDENTS_TOPIC
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity, not_authorized
-from streams.worker.settings import DEFAULT_BOOTSTRAP, Topics
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity, not_authorized
+from streams.kafka.options import DEFAULT_BOOTSTRAP
+from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
 

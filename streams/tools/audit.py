@@ -38,15 +38,14 @@ summary of the differences (published -> recomputed decision, by detector).
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 import msgspec
 
@@ -57,9 +56,9 @@ from schemas.state import RunState
 from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
 from schemas.verdicts import Verdict
 from schemas.codec import BadEvent, decode_event, decode_verdict
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
-from streams.apply import apply_safely
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
+from streams.kafka.reader import ReadError, Record, TopicReader, kafka_refusals
+from streams.engine.entry import apply_safely
 from streams.tools.progress import Tally, counted, plural
 
 
@@ -71,21 +70,13 @@ VERDICT_FIELDS: tuple[str, ...] = Verdict.__struct_fields__
 Key = tuple[str, int]
 
 
-class AuditError(RuntimeError):
-    """The audit could not run (broker unreachable, topic missing, bad --since)."""
+class AuditError(ReadError):
+    """The audit could not run: a bad --since, or a topic that could not be read."""
 
 
 # --------------------------------------------------------------------------
-# Reading topics without a consumer group
+# The start point
 # --------------------------------------------------------------------------
-
-
-class Record(NamedTuple):
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes
 
 
 def parse_since(text: str, now: float | None = None) -> int:
@@ -114,144 +105,6 @@ def parse_since(text: str, now: float | None = None) -> int:
 
 def format_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-#: How long the brokers may hold an audit's fetch for data.
-FETCH_WAIT_MS = 100
-
-
-@contextlib.contextmanager
-def kafka_refusals() -> Iterator[None]:
-    """A read the brokers refuse (an ACL, a topic gone) as an AuditError
-    naming it, not a traceback."""
-    from kafka.errors import KafkaError
-
-    try:
-        yield
-    except KafkaError as exc:
-        raise AuditError(kafka_clients.describe_error(exc)) from None
-
-
-def read_refused(topic: str, security: KafkaSecurity) -> AuditError:
-    """A read the ACLs refuse, as audit, explain and tail report it."""
-    return AuditError(kafka_clients.not_authorized(f"read topic {topic}", security))
-
-
-class TopicReader:
-    """Ranges of topics read by manual assignment (`group_id=None`: it never
-    joins, rebalances or commits), for audit and explain.
-
-    The brokers refuse a read the ACLs do not allow only in a fetch, and a
-    range with nothing in it is never fetched: so a topic is fetched once
-    from its end when its first range to read is empty. Without that, a user
-    who may not read an empty topic was told that all 0 of its verdicts
-    matched. Every refusal becomes `read_refused`."""
-
-    def __init__(self, bootstrap: str, client_id: str, security: KafkaSecurity) -> None:
-        self.bootstrap = bootstrap
-        self.security = security
-        self._readable: set[str] = set()  # topics a fetch has been answered for
-        try:
-            self.consumer = kafka_clients.consumer(
-                bootstrap,
-                security=security,
-                client_id=client_id,
-                group_id=None,
-                enable_auto_commit=False,
-                fetch_max_wait_ms=FETCH_WAIT_MS,
-                max_partition_fetch_bytes=4 * 1024 * 1024,
-            )
-        except Exception as exc:
-            raise AuditError(f"cannot reach Kafka at {bootstrap}: {kafka_clients.describe_error(exc)}") from None
-
-    def __enter__(self) -> TopicReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.consumer.close()
-
-    def partitions(self, topic: str) -> list[Any]:
-        from kafka import TopicPartition
-
-        from streams.worker.topics import missing_topic
-
-        parts = self.consumer.partitions_for_topic(topic)
-        if not parts:
-            raise AuditError(missing_topic(topic, self.bootstrap))
-        return [TopicPartition(topic, p) for p in sorted(parts)]
-
-    def beginnings(self, tps: list[Any]) -> dict[Any, int]:
-        return dict(self.consumer.beginning_offsets(tps))
-
-    def ends(self, tps: list[Any]) -> dict[Any, int]:
-        return dict(self.consumer.end_offsets(tps))
-
-    def starts(self, tps: list[Any], start_ms: int | None) -> dict[Any, int]:
-        """Offset of the first record at or after `start_ms` per partition (the
-        end offset when there is none); the log start for None."""
-        if start_ms is None:
-            return self.beginnings(tps)
-        found = self.consumer.offsets_for_times({tp: max(0, start_ms) for tp in tps})
-        ends = self.ends(tps)
-        return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
-
-    def read(
-        self, starts: dict[Any, int], ends: dict[Any, int], key: bytes | None = None, idle_timeout: float = 30.0
-    ) -> Iterator[Record]:
-        """Every record from `starts` up to (not including) `ends`; with `key`,
-        only that key's records (filtered before decoding)."""
-        from kafka.errors import TopicAuthorizationFailedError
-
-        todo = [tp for tp in starts if starts[tp] < ends[tp]]
-        try:
-            if todo:
-                yield from self._records(todo, starts, ends, key, idle_timeout)
-            elif starts:
-                self._fetch_at_end(list(starts))
-        except TopicAuthorizationFailedError:
-            raise read_refused(next(iter(starts)).topic, self.security) from None
-
-    def _fetch_at_end(self, tps: list[Any]) -> None:
-        """Once per topic, unless a read has already been answered for it."""
-        if tps[0].topic in self._readable:
-            return
-        consumer = self.consumer
-        consumer.assign(tps)
-        consumer.seek_to_end(*tps)
-        try:
-            consumer.poll(timeout_ms=FETCH_WAIT_MS * 3, max_records=1)
-        finally:
-            consumer.unsubscribe()
-        self._readable.add(tps[0].topic)
-
-    def _records(
-        self, todo: list[Any], starts: dict[Any, int], ends: dict[Any, int], key: bytes | None, idle_timeout: float
-    ) -> Iterator[Record]:
-        consumer = self.consumer
-        consumer.assign(todo)
-        for tp in todo:
-            consumer.seek(tp, starts[tp])
-        pending = set(todo)
-        last_progress = time.monotonic()
-        while pending:
-            batch = consumer.poll(timeout_ms=200, max_records=5000)
-            for tp, records in batch.items():
-                self._readable.add(tp.topic)
-                for r in records:
-                    if r.offset >= ends[tp]:
-                        break
-                    if key is None or r.key == key:
-                        yield Record(tp.partition, r.offset, r.timestamp, r.key, r.value)
-            if batch:
-                last_progress = time.monotonic()
-            for tp in list(pending):
-                if consumer.position(tp) >= ends[tp]:
-                    pending.discard(tp)
-            if pending and time.monotonic() - last_progress > idle_timeout:
-                raise AuditError(
-                    f"no progress reading {sorted(f'{tp.topic}[{tp.partition}]' for tp in pending)} "
-                    f"for {idle_timeout:.0f}s"
-                )
 
 
 # --------------------------------------------------------------------------
@@ -653,7 +506,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
                 security=args.security,
                 err=err,
             )
-    except AuditError as exc:
+    except ReadError as exc:
         print(f"loopwarden: {exc}", file=err)
         return 2
     if args.json:

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 from streams.helptext import add_command
 from streams.listen import port
 from streams.tools import secure
@@ -199,7 +199,7 @@ def _serving_brokers(bootstrap: str, timeout: float, security: KafkaSecurity = P
     An open port alone is not enough: a KRaft broker may accept connections
     before it has caught up with the metadata log and been unfenced.
     """
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
 
     ms = max(int(timeout * 1000), 100)
     admin = None

@@ -37,8 +37,8 @@ from schemas.incidents import Incident
 from schemas.policy import FleetPolicy
 from schemas.topics import tenant_topics
 from schemas.verdicts import Verdict
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 from streams.listen import CannotListen, cannot_listen, check_free
 from streams.observability import logs
 from streams.tools import access, hosts
@@ -204,7 +204,7 @@ async def follow(source: Source, topic: str, take: Any, ready: asyncio.Event | N
     waits for a topic that does not exist yet (the incident topic before the fleet stage runs)."""
     from aiokafka import TopicPartition
 
-    from streams.worker.topics import describe_partitions
+    from streams.kafka.topics import describe_partitions
 
     # Asked without creating the topic, so that the stage which owns it creates it with its partitions.
     said = False
@@ -290,7 +290,7 @@ def create_app(
     with ``token``, only for those that carry it."""
     from aiohttp import web
 
-    from streams.tools.audit import AuditError
+    from streams.kafka.reader import ReadError
 
     timelines = Timelines(source.bootstrap, config, policy, source.explain_window, source.security)
     page = resources.files("streams.tools").joinpath("dashboard.html").read_bytes()
@@ -325,7 +325,7 @@ def create_app(
             return web.Response(status=400, text=str(exc))
         try:
             timeline = await timelines.get(run_id, events, decisions)
-        except AuditError as exc:  # no events topic, or the broker is unreachable
+        except ReadError as exc:  # no events topic, or the broker is unreachable
             return web.Response(status=503, text=f"cannot read run {run_id}: {exc}")
         return web.Response(text=timeline.text, status=200 if timeline.found else 404)
 
@@ -426,7 +426,7 @@ def _check_refusal(bootstrap: str, security: KafkaSecurity) -> None:
 def main(args: Any) -> int:
     """The `loopwarden dashboard` command (argparse namespace from streams.cli)."""
     from schemas.configfile import load_for_cli
-    from streams.worker.settings import default_bootstrap, security_from_args
+    from streams.kafka.options import default_bootstrap, security_from_args
 
     logs.setup("info", "logfmt")
     token_file = args.token_file or os.environ.get(access.ENV)

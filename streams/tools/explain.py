@@ -56,8 +56,8 @@ from streams.engine.engine import (
 )
 from streams.engine.hashing import POLL_KINDS, classify
 from streams.engine.warnings import BUCKET_SIZE
-from streams.apply import apply_safely
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.engine.entry import apply_safely
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 
 KIND_NAMES = {
     KIND_OTHER: "",
@@ -328,7 +328,7 @@ def from_topics(
     """The run's events (by message key) and its published verdicts, read
     by manual assignment without a consumer group; from the records of
     `since_ms` on (None: from the start of the topics)."""
-    from streams.tools.audit import TopicReader
+    from streams.kafka.reader import TopicReader
 
     key = run_id.encode()
     with TopicReader(bootstrap, "loopwarden-explain", security) as reader:
@@ -356,14 +356,14 @@ def from_topics(
 def topic_ends(bootstrap: str, topics: list[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, list[int]]:
     """The end offset of each partition of those `topics` that exist: a cheap
     question that says whether a timeline read before is still whole."""
-    from streams.tools.audit import AuditError, TopicReader
+    from streams.kafka.reader import ReadError, TopicReader
 
     ends: dict[str, list[int]] = {}
     with TopicReader(bootstrap, "loopwarden-explain", security) as reader:
         for topic in topics:
             try:
                 tps = reader.partitions(topic)
-            except AuditError:
+            except ReadError:
                 continue
             offsets = reader.ends(tps)
             ends[topic] = [offsets[tp] for tp in tps]
@@ -584,8 +584,8 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
             return 2
         steps, refused = explain(items, args.run_id, config, policy)
     else:
-        from streams.tools.audit import AuditError, kafka_refusals
-        from streams.worker.settings import connection_from_args
+        from streams.kafka.reader import ReadError, kafka_refusals
+        from streams.kafka.options import connection_from_args
 
         bootstrap, security = connection_from_args(args)
         try:
@@ -593,7 +593,7 @@ def main(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int
                 steps, refused = explain_from_topics(
                     bootstrap, args.run_id, args.events_topic, args.decisions_topic, config, policy, security
                 )
-        except AuditError as exc:
+        except ReadError as exc:
             print(f"loopwarden: {exc}", file=err)
             return 2
     if args.json:

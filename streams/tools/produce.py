@@ -18,8 +18,8 @@ from typing import TextIO
 import msgspec
 
 from schemas.codec import BadEvent, decode_event
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 from streams.tools.progress import read_lines
 
 

@@ -41,8 +41,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from streams import kafka_clients, listen
-from streams.kafka_clients import KafkaSecurity
+from streams import listen
+
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import KafkaSecurity
 from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
 
 #: What `up --demo` publishes when given no trace: examples/sample-trace.jsonl,
@@ -302,7 +304,7 @@ def run_up(args: argparse.Namespace) -> int:
     from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
     from streams.tools.secure import private_dir
-    from streams.worker.topics import TopicError, ensure_topics
+    from streams.kafka.topics import TopicError, ensure_topics
 
     settings = settings_from_args(args)
     resolved = load_config(settings.config_path)  # a bad config stops here (exit 2), before any process starts

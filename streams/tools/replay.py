@@ -14,7 +14,7 @@ from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from schemas.state import RunState
 from schemas.verdicts import Verdict
-from streams.apply import apply_safely
+from streams.engine.entry import apply_safely
 from streams.tools.progress import Tally
 
 _BLOCK = 1 << 16

@@ -49,7 +49,7 @@ from typing import Any
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC, tenant_topics
 from streams.fleet.settings import FLEET_APP_ID
-from streams.kafka_clients import KafkaSecurity
+from streams.kafka.clients import KafkaSecurity
 
 SECRETS_DIR = "secrets"
 CA_FILE = "ca.pem"
@@ -378,9 +378,9 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
     the incident topic among them (both idempotent, so every start adds what is missing), then write the
     env files. Returns once the broker enforces the ACLs: they reach its
     authorizer through the metadata log, a moment after they are accepted."""
-    from streams import kafka_clients
+    from streams.kafka import clients as kafka_clients
     from streams.worker.settings import Topics
-    from streams.worker.topics import TopicError, ensure_project_topics
+    from streams.kafka.topics import TopicError, ensure_project_topics
 
     admin_security = role_security(data_dir, ADMIN)
     admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-broker-setup")

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import BinaryIO
 
 from schemas import topics
-from streams import kafka_clients
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 
 
 def _header_map(headers: Iterable[tuple[str, bytes]] | None) -> dict[str, str]:
@@ -86,8 +86,9 @@ def tail(
     from kafka import TopicPartition
     from kafka.errors import TopicAuthorizationFailedError
 
-    from streams.tools.audit import parse_since, read_refused
-    from streams.worker.topics import TopicNotAuthorized, describe_partitions
+    from streams.kafka.reader import read_refused
+    from streams.tools.audit import parse_since
+    from streams.kafka.topics import TopicNotAuthorized, describe_partitions
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None

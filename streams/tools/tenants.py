@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.topics import EVENTS_TOPIC, tenant_of, tenant_topics
-from streams import kafka_clients
-from streams.kafka_clients import KafkaSecurity
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import KafkaSecurity
 from streams.tools import secure
 
 TENANTS_DIR = "tenants"
@@ -50,7 +50,7 @@ def _connection(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
     """The secure local broker of --data-dir as its super user, unless
     --bootstrap names another cluster (then the connection options)."""
     from streams.tools.broker import BOOTSTRAP_FILE
-    from streams.worker.settings import connection_from_args
+    from streams.kafka.options import connection_from_args
 
     data_dir: Path = args.data_dir
     local = secure.admin_security(data_dir)
@@ -87,7 +87,7 @@ def add_tenant(
     """Make tenant `name` (idempotent); what was made, for the report."""
     from kafka.admin import UserScramCredentialUpsertion
 
-    from streams.worker.topics import TopicError, describe_partitions, ensure
+    from streams.kafka.topics import TopicError, describe_partitions, ensure
 
     events, decisions = tenant_topics(name)
     folder = tenant_dir(data_dir, name)
@@ -148,7 +148,7 @@ def list_tenants(bootstrap: str, admin_security: KafkaSecurity, data_dir: Path |
     from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
     from kafka.admin import ResourcePatternFilter, ResourceType
 
-    from streams.worker.topics import partitions_of
+    from streams.kafka.topics import partitions_of
 
     admin = kafka_clients.admin(bootstrap, security=admin_security, client_id="loopwarden-tenants")
     try:
@@ -184,7 +184,8 @@ def list_tenants(bootstrap: str, admin_security: KafkaSecurity, data_dir: Path |
 def add_tenants_command(commands: Any) -> None:
     """`loopwarden tenants add|list`, registered on the CLI's subcommands."""
     from streams.helptext import add_command
-    from streams.worker.settings import add_connection_options, positive_int
+    from streams.argtypes import positive_int
+    from streams.kafka.options import add_connection_options
 
     tenants = add_command(
         commands,

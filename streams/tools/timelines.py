@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
-from streams.kafka_clients import PLAINTEXT, KafkaSecurity
+from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 
 CACHED_RUNS = 200
 
@@ -49,7 +49,7 @@ class Timelines:
         self._lock = asyncio.Lock()
 
     async def get(self, run_id: str, events: str, decisions: str) -> Timeline:
-        """The run's timeline; raises AuditError when the topics cannot be read."""
+        """The run's timeline; raises ReadError when the topics cannot be read."""
         from streams.tools.explain import explain_from_topics, format_timeline, topic_ends
 
         key = (events, decisions, run_id)

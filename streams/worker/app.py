@@ -29,11 +29,13 @@ from mode.utils.queues import FlowControlEvent
 
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
-from streams import kafka_clients, listen
+from streams import listen
+from streams.kafka import clients as kafka_clients
 from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
-from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
+from streams.argtypes import format_duration
+from streams.worker.settings import EXACTLY_ONCE, Settings
 from streams.worker import transport
 from streams.worker.store import STORE_URL
 from streams.worker.tenants import Found, TenantWatch, discover
@@ -370,7 +372,7 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
-    from streams.worker.topics import TopicError, ensure_topics, log_created, require_topic
+    from streams.kafka.topics import TopicError, ensure_topics, log_created, require_topic
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
     resolved = load_config(settings.config_path)

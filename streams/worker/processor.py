@@ -28,7 +28,7 @@ from schemas.codec import BadEvent, decode_event, encode_verdict
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from schemas.verdicts import Verdict
-from streams.apply import apply_safely
+from streams.engine.entry import apply_safely
 from streams.observability import logs
 from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, Checkpoints

@@ -9,26 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams.apply import DEFAULT_MAX_SEQ_JUMP, max_seq_jump
+from streams.engine.entry import DEFAULT_MAX_SEQ_JUMP, max_seq_jump
 from streams.listen import WEB_HOST, port
-from streams.kafka_clients import (
-    DEFAULT_CONNECT_TIMEOUT,
-    PLAINTEXT,
-    SETTINGS,
-    KafkaSecurity,
-    check_connection,
-    security_from,
-)
+from streams.argtypes import duration, format_duration, non_negative_int, positive_int
+from streams.kafka.clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
+from streams.kafka.options import DEFAULT_BOOTSTRAP, default_bootstrap, security_from_args
 
-BOOTSTRAP_ENV = "LOOPWARDEN_BOOTSTRAP"
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
 APP_ID_ENV = "LOOPWARDEN_APP_ID"
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 DEFAULT_PARTITIONS = 12
 
@@ -36,48 +28,6 @@ AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 CHANGELOG_COMPRESSIONS = ("zstd", "lz4", "snappy", "gzip", "none")
 """What ``--changelog-compression`` accepts (streams.worker.transport.CODECS maps each to aiokafka's codec)."""
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``1h``, ``250ms``."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 30s, 15m or 1h, got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def format_duration(seconds: float) -> str:
-    """How `duration` would be given these seconds, as a person writes it: 1h, 30s, 2.8s, 250ms."""
-    if seconds >= 1:
-        for unit in ("d", "h", "m"):
-            if (seconds / _UNITS[unit]).is_integer():
-                return f"{int(seconds / _UNITS[unit])}{unit}"
-    elif round(seconds * 1000, 9).is_integer():
-        return f"{int(round(seconds * 1000))}ms"
-    return f"{int(seconds) if float(seconds).is_integer() else seconds!r}s"
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -153,73 +103,6 @@ class Settings:
 
 DEFAULTS = Settings()
 """The one place worker defaults are written; the options and their help read them."""
-
-
-def default_bootstrap(value: str | None = None) -> str:
-    return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
-
-
-def add_connection_options(
-    parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True
-) -> None:
-    """--bootstrap, the security flags, --connect-timeout unless the command
-    waits for the brokers however long they take (`connect_timeout`), and
-    --verbose for a command that does not set up logs of its own (`verbose`)."""
-    parser.add_argument(
-        "--bootstrap",
-        metavar="HOST:PORT",
-        help=f"Kafka bootstrap servers (default ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
-    )
-    add_reach_options(parser, verbose=verbose, connect_timeout=connect_timeout)
-    add_security_options(parser)
-
-
-def add_reach_options(parser: argparse.ArgumentParser, *, verbose: bool = True, connect_timeout: bool = True) -> None:
-    """How long a command waits for the brokers, and whether their client's own log lines are shown."""
-    if connect_timeout:
-        parser.add_argument(
-            "--connect-timeout",
-            type=duration,
-            metavar="DURATION",
-            default=DEFAULT_CONNECT_TIMEOUT,
-            help="give up when no bootstrap server answers within this long; 0 leaves it to the Kafka client's own "
-            f"retries (default {format_duration(DEFAULT_CONNECT_TIMEOUT)})",
-        )
-    if not verbose:
-        return
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show the Kafka client's own log lines (connection retries, metadata refreshes)",
-    )
-
-
-def add_security_options(parser: argparse.ArgumentParser) -> None:
-    """The TLS and SASL flags (docs/SECURITY.md). Their help names the
-    variable, never its value: a default shown by --help could be a secret."""
-    group = parser.add_argument_group("Kafka security (a flag wins over its variable)")
-    for setting in SETTINGS:
-        group.add_argument(
-            setting.flag,
-            dest=f"kafka_{setting.field}",
-            metavar=setting.flag.removeprefix("--").split("-", 1)[1].upper().replace("-", "_"),
-            help=f"{setting.help} (default ${setting.env}{', else ' + setting.fallback if setting.fallback else ''})",
-        )
-
-
-def connection_from_args(args: argparse.Namespace) -> tuple[str, KafkaSecurity]:
-    """A command's bootstrap and security, checked against the brokers
-    (`check_connection`: ConnectionRefused names what was refused,
-    KafkaUnreachable the servers that did not answer within --connect-timeout)."""
-    bootstrap, security = default_bootstrap(args.bootstrap), security_from_args(args)
-    check_connection(bootstrap, security, args.connect_timeout)
-    return bootstrap, security
-
-
-def security_from_args(args: argparse.Namespace) -> KafkaSecurity:
-    """The security settings of a command: its flags, else the variables; checked."""
-    return security_from({setting.field: getattr(args, f"kafka_{setting.field}", None) for setting in SETTINGS})
 
 
 def add_topic_names(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from schemas.topics import tenant_of, tenant_topics
-from streams.kafka_clients import KafkaSecurity
+from streams.kafka.clients import KafkaSecurity
 from streams.observability import logs
 
 log = logging.getLogger("loopwarden.worker")
@@ -87,7 +87,7 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int | None) ->
     """Tenants whose two topics this principal may describe, and those whose
     events topic has another partition count than `partitions` (not servable;
     None: any count is, for a reader of the decisions topics only)."""
-    from streams.worker.topics import connected_admin, partitions_of
+    from streams.kafka.topics import connected_admin, partitions_of
 
     admin = connected_admin(bootstrap, 30.0, security)
     try:

@@ -21,7 +21,7 @@ from kafka import TopicPartition
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.verdicts import Verdict
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.broker import LocalBroker, free_port
 from streams.client import ClientVerdict, GuardClient, minimal_args
 from schemas.codec import decode_verdict
@@ -495,7 +495,7 @@ def test_example_gateway_loop(broker, topics, capsys):
     compaction abort (worker emulated with the example's demo config)."""
     import importlib.util
 
-    from streams.engine.config import parse_config
+    from schemas.configparse import parse_config
 
     path = Path(__file__).resolve().parents[2] / "examples" / "gateway_loop.py"
     spec = importlib.util.spec_from_file_location("gateway_loop_example", path)

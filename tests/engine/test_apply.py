@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import streams.apply
+import streams.engine.entry
 from schemas.codec import BadEvent, decode_event
 from schemas.config import FleetConfig
 from schemas.events import ToolCall, ToolResult
-from streams.apply import apply_safely
-from streams.engine.config import ConfigError
+from streams.engine.entry import apply_safely
+from schemas.configparse import ConfigError
 
 CONFIG = FleetConfig()
 CALL = b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name":"exec","args":{"cmd":"ls"}}'
@@ -19,7 +19,7 @@ def test_an_engine_bug_is_not_reported_as_bad_input(monkeypatch: pytest.MonkeyPa
     def broken(state, event, config, policy=None):  # type: ignore[no-untyped-def]
         raise ValueError("engine bug")
 
-    monkeypatch.setattr(streams.apply, "apply", broken)
+    monkeypatch.setattr(streams.engine.entry, "apply", broken)
     with pytest.raises(ValueError, match="engine bug") as raised:
         apply_safely(None, decode_event(CALL), CONFIG)
     assert not isinstance(raised.value, BadEvent)
@@ -70,8 +70,8 @@ def test_the_first_seq_of_a_run_is_free_and_the_bound_is_inclusive() -> None:
 
 
 def test_the_bound_comes_from_one_variable() -> None:
-    assert streams.apply.max_seq_jump({}) == streams.apply.DEFAULT_MAX_SEQ_JUMP == 10**12
-    assert streams.apply.max_seq_jump({"LOOPWARDEN_MAX_SEQ_JUMP": "1_000"}) == 1000
+    assert streams.engine.entry.max_seq_jump({}) == streams.engine.entry.DEFAULT_MAX_SEQ_JUMP == 10**12
+    assert streams.engine.entry.max_seq_jump({"LOOPWARDEN_MAX_SEQ_JUMP": "1_000"}) == 1000
     for bad in ("0", "-3", "lots"):
         with pytest.raises(ConfigError, match=f"LOOPWARDEN_MAX_SEQ_JUMP: expected a positive integer, got '{bad}'"):
-            streams.apply.max_seq_jump({"LOOPWARDEN_MAX_SEQ_JUMP": bad})
+            streams.engine.entry.max_seq_jump({"LOOPWARDEN_MAX_SEQ_JUMP": bad})

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from schemas.state import MAX_UNFINISHED, RunState
 from schemas.codec import BadEvent, decode_event
 from streams.engine import apply
-from streams.engine.config import parse_config
+from schemas.configparse import parse_config
 from streams.engine.warnings import MAX_KEYS
-from streams.apply import apply_safely
+from streams.engine.entry import apply_safely
 
 from builders import restored, stored
 

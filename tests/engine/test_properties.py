@@ -15,7 +15,7 @@ from schemas.config import FleetConfig
 from schemas.state import RunState
 from schemas.codec import decode_event, encode_verdict
 from streams.engine import apply
-from streams.engine.config import parse_config
+from schemas.configparse import parse_config
 from streams.engine.engine import _seen
 from streams.tools.replay import replay
 

@@ -627,7 +627,7 @@ def test_wire_fields_are_only_those_set():
 
 
 def test_argument_churn_switch_is_read_checked_and_merged():
-    from streams.engine.config import ConfigError
+    from schemas.configparse import ConfigError
 
     assert fleet().default.argument_churn is True
     assert fleet(detectors={"argumentChurn": False}).default.argument_churn is False

@@ -14,7 +14,7 @@ from schemas.codec import decode_incident, decode_verdict
 from streams.fleet.incidents import fingerprint
 from streams.worker.settings import Topics
 from schemas.topics import tenant_topics
-from streams.worker.topics import ensure, ensure_topics
+from streams.kafka.topics import ensure, ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,8 @@ import yaml
 from streams.tools.broker import kafka_version
 from streams.cli import build_parser
 from schemas.configfile import CONFIG_ENV, load_config
-from streams.worker.settings import BOOTSTRAP_ENV, DATA_DIR_ENV
+from streams.kafka.options import BOOTSTRAP_ENV
+from streams.worker.settings import DATA_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """Every Kafka client, the worker's, the tools', the benchmarks' and the
-tests', is made by streams/kafka_clients.py, so that how clients reach and
+tests', is made by streams/kafka/clients.py, so that how clients reach and
 authenticate to the brokers is configured in one place; and the security
 settings it applies are checked at start-up, named when wrong, and never show
 the password."""
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from streams import kafka_clients
-from streams.kafka_clients import SecurityError, security_from
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import SecurityError, security_from
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT_CLASSES = {
     "KafkaProducer",
     "KafkaConsumer",
@@ -36,7 +36,7 @@ def made_outside_the_factory() -> list[str]:
     found = []
     paths = sorted(path for folder in ("streams", "bench", "tests") for path in (ROOT / folder).rglob("*.py"))
     for path in paths:
-        if path == ROOT / "streams" / "kafka_clients.py":
+        if path == ROOT / "streams" / "kafka" / "clients.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.verdicts import Verdict
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 import streams.observability.metrics as metrics_module
 from streams.engine import Outcome
 from streams.observability.metrics import CONTENT_TYPE, Ownership, TopicPartition, WorkerMetrics, install

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.broker import free_port
 
 from builders import unknown_tool_blocks
@@ -21,7 +21,7 @@ from helpers import FleetStage, make_trace, names, produce
 from schemas.codec import encode_verdict
 from schemas.verdicts import Verdict
 from streams.worker.settings import Topics
-from streams.worker.topics import ensure_topics
+from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 

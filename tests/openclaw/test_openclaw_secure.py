@@ -24,7 +24,7 @@ from helpers import Worker, env_file, keyed
 from openclaw_gateway import OpenClaw, gateway_home
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
 from scripted_model import ScriptedModel
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools import secure
 from test_openclaw import executions, loop_on_exec, loopwarden_config, shown_results
 

@@ -10,7 +10,7 @@ import pytest
 from builders import run_cli
 from schemas.config import LoopDetectionConfig
 from schemas.configfile import load_config
-from streams.engine.config import ConfigError, parse_config
+from schemas.configparse import ConfigError, parse_config
 
 
 def loop(**block):

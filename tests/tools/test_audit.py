@@ -17,7 +17,7 @@ import pytest
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.verdicts import Verdict
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.audit import compare, parse_since, run_audit
 from streams.cli import main as cli_main
 from schemas.configfile import load_config

@@ -20,7 +20,7 @@ import pytest
 from kafka import TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.broker import BrokerError, LocalBroker, is_reachable
 
 pytestmark = pytest.mark.integration

@@ -28,10 +28,10 @@ from schemas.verdicts import Verdict
 from schemas.incidents import Incident
 from schemas.topics import tenant_topics
 from schemas.configfile import load_for_cli
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.timelines import Timeline, Timelines
 from streams.tools.dashboard import DEFAULT_PAIR, IN_FLIGHT_SECONDS, LATEST, Board
-from streams.worker.topics import ensure
+from streams.kafka.topics import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "examples" / "fleet-trace.jsonl"

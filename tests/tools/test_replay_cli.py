@@ -12,7 +12,7 @@ from builders import low, run_cli
 from schemas.codec import append_verdict, decode_event, encode_verdict
 from schemas.policy import parse_policy
 from stories import POLICY, section_8_trace
-from streams.engine.config import parse_config
+from schemas.configparse import parse_config
 from streams.engine import apply
 from streams.tools.replay import replay
 

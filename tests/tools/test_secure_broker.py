@@ -20,8 +20,8 @@ from helpers import LOOPWARDEN, REPO, env_file, make_trace, produce
 from schemas.configfile import ROLLING_OFF
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
 from streams.fleet.settings import FLEET_APP_ID
-from streams import kafka_clients
-from streams.kafka_clients import ConnectionRefused, KafkaSecurity, check_connection
+from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import ConnectionRefused, KafkaSecurity, check_connection
 from streams.tools import secure
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from kafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailed
 from helpers import LOOPWARDEN, REPO, Worker, consume, env_file, write_config
 from schemas.codec import decode_verdict
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, HEADER_KIND, HEADER_REASON
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.client import GuardClient
 from streams.tools import secure
 from streams.tools.broker import LocalBroker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from builders import run_cli
-from streams.worker.topics import missing_topic
+from streams.kafka.topics import missing_topic
 
 
 def topics(*args: str) -> tuple[int, list[str], list[str]]:

@@ -29,7 +29,7 @@ from helpers import LOOPWARDEN, REPO, Worker, consume, make_trace, names, produc
 from schemas.state import RunState
 from schemas.codec import decode_event
 from schemas.configfile import load_config
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.engine import apply
 from streams.engine.warnings import MAX_KEYS
 from test_faults import Tail, check_invariant, create_topics, record_figures, summaries

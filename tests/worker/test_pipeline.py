@@ -35,7 +35,7 @@ from schemas.codec import encode_verdict
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
 from streams.worker.settings import Topics
-from streams.worker.topics import ensure_topics
+from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from kafka.errors import TopicAuthorizationFailedError
 from helpers import LOOPWARDEN, REPO, Worker, env_file, keyed, reference, write_config
 from schemas.codec import decode_verdict
 from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from schemas.verdicts import Verdict
 from streams.client import ClientVerdict, GuardClient
 from streams.tools import secure

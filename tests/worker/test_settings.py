@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from streams.cli import build_parser
-from streams.worker.settings import Settings, duration, format_duration, settings_from_args, worker_argv
+from streams.argtypes import duration, format_duration
+from streams.worker.settings import Settings, settings_from_args, worker_argv
 
 
 def parse(*argv: str) -> Settings:

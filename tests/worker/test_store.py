@@ -17,7 +17,7 @@ from pathlib import Path
 import faust
 from faust.types import TP
 
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.worker.store import RunStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)

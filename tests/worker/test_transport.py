@@ -17,9 +17,9 @@ from faust.types import TP
 
 from schemas.codec import encode_stored
 from schemas.state import Record, RunState, StoredRun
-from streams import kafka_clients
+from streams.kafka import clients as kafka_clients
 from streams.tools.broker import LocalBroker
-from streams.worker.topics import ensure
+from streams.kafka.topics import ensure
 from streams.worker.settings import CHANGELOG_COMPRESSIONS
 from streams.worker.transport import CODECS, SCHEME, FetchPacer, KeyPartitioner, codec_for
 from helpers import consume
