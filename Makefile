@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # a change to the engine reinstalls, which recompiles its compiled parts (setup.py)
-ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c
+ENGINE := $(wildcard streams/engine/*.py) streams/engine/_speedups.c schemas/_scan.c
 
 .PHONY: up up-secure lint test test-heavy bench bench-openclaw schemas kafka plugin clean
 

@@ -1,8 +1,9 @@
-"""Builds the engine's optional compiled parts; everything else is declared in pyproject.toml.
+"""Builds the optional compiled parts (the engine's and the event decoder's); everything else is declared in pyproject.toml.
 
 - `streams/engine/_speedups.c`: stable JSON and its sha256 in one C call. It
   links OpenSSL's libcrypto where its headers are installed, and otherwise
   calls hashlib.
+- `schemas/_scan.c`: the event decoder's depth bound, counted in one pass.
 - The per-event engine modules (`COMPILED`), compiled by mypyc from the same
   Python sources. The sha256 of each compiled source is recorded in
   `streams/engine/compiled.json`, so that a build older than its source is
@@ -68,6 +69,7 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        Extension("schemas._scan", sources=["schemas/_scan.c"], extra_compile_args=["-O2"], optional=True),
         *compiled_engine(),
     ],
     cmdclass={"build_ext": BuildExtensions},

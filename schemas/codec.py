@@ -4,15 +4,17 @@ state to and from RocksDB. Every refusal says what was wrong and where."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import accumulate
 
 import msgspec
 
 from schemas.events import EVENT_TYPES, MAX_TURN_CHARS, Event
+from schemas.extensions import EXTENSIONS_OFF
 from schemas.incidents import FingerprintTally, Incident
+from schemas.jsnumbers import FLOAT_HOOK
 from schemas.state import StoredRun
 from schemas.verdicts import Verdict
-from streams.engine.stablejson import FLOAT_HOOK, speedups
 
 
 class BadEvent(ValueError):
@@ -53,9 +55,14 @@ def _python_openings(data: bytes) -> int:
     return data.count(b"[") + data.count(b"{")
 
 
-_openings = _python_openings if speedups is None else speedups.openings
-"""How many '[' and '{' bytes: in C one pass costs a tenth of the two counts,
-which were a third of decoding a kilobyte event."""
+_openings: Callable[[bytes], int] = _python_openings
+"""How many '[' and '{' bytes: in C (`schemas/_scan.c`) one pass costs a tenth
+of the two counts, which were a third of decoding a kilobyte event."""
+if not EXTENSIONS_OFF:
+    try:
+        from schemas._scan import openings as _openings
+    except ImportError:  # installed without a C compiler
+        pass
 
 
 def _too_deep(data: bytes) -> bool:

@@ -5,8 +5,6 @@
  *   outcome_digest(value) -> str | None   (stable_digest, declining any value
  *                                          with an untrusted-content marker,
  *                                          whose ids Python makes stable first)
- *   openings(data)       -> int           (how many '[' and '{' bytes: the
- *                                          event decoder's cheap depth bound)
  *
  * The pure-Python functions in streams/engine/stablejson.py remain the
  * definition. These answer only where they are sure to give the same bytes,
@@ -426,43 +424,18 @@ static PyObject *outcome_digest(PyObject *module, PyObject *value) {
     return as_digest(&b);
 }
 
-/* data.count(b"[") + data.count(b"{"), in one pass of 16 bytes at a time. */
-static PyObject *openings(PyObject *module, PyObject *data) {
-    (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) != 0) return NULL;
-    const unsigned char *p = view.buf;
-    Py_ssize_t n = view.len, i = 0, count = 0;
-#ifdef __SSE2__
-    const __m128i bracket = _mm_set1_epi8('['), brace = _mm_set1_epi8('{'), zero = _mm_setzero_si128();
-    while (i + 16 <= n) {
-        __m128i lanes = zero; /* per-byte counts, summed before any can pass 255 */
-        for (int k = 0; k < 255 && i + 16 <= n; k++, i += 16) {
-            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-            lanes = _mm_sub_epi8(lanes, _mm_or_si128(_mm_cmpeq_epi8(v, bracket), _mm_cmpeq_epi8(v, brace)));
-        }
-        __m128i sums = _mm_sad_epu8(lanes, zero);
-        count += _mm_cvtsi128_si32(sums) + _mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
-    }
-#endif
-    for (; i < n; i++) count += p[i] == '[' || p[i] == '{';
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(count);
-}
-
 static PyMethodDef methods[] = {
     {"stable_json", stable_json, METH_O, "Stable JSON bytes of a decoded payload, or None for the exact Python path."},
     {"stable_digest", stable_digest, METH_O, "sha256 hex digest of stable_json(value), or None for the exact Python path."},
     {"outcome_digest", outcome_digest, METH_O,
      "stable_digest(value), or None when the value holds an untrusted-content marker (or for the exact Python path)."},
-    {"openings", openings, METH_O, "How many '[' and '{' bytes the buffer holds."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "streams.engine._speedups",
-    .m_doc = "Stable JSON digests and the event decoder's depth bound in C (see _speedups.c).",
+    .m_doc = "Stable JSON and its digests in C (see _speedups.c).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -7,8 +7,8 @@ so a build older than its source (an editable install edited since) would
 silently run old code. Before the engine is imported, `select()` therefore
 checks the record against the sources and, unless every one matches, makes
 the imports load the sources.
-`LOOPWARDEN_NO_EXTENSIONS=1` asks for the sources (and pure-Python hashing)
-outright. Either way the verdicts are the same; only the speed differs.
+`LOOPWARDEN_NO_EXTENSIONS=1` (`schemas.extensions`) asks for the sources (and
+pure-Python hashing) outright. Either way the verdicts are the same; only the speed differs.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
-EXTENSIONS_OFF = bool(os.environ.get("LOOPWARDEN_NO_EXTENSIONS"))
-"""Run the Python definitions alone: the engine's sources, and hashing without
-`_speedups` (to compare with, or debug, the Python path)."""
+from schemas.extensions import EXTENSIONS_OFF
+
 HERE = Path(__file__).resolve().parent
 RECORD = HERE / "compiled.json"
 PACKAGE = __name__.rpartition(".")[0]

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
 from streams.engine import hashing, stablejson
 from streams.engine.stablejson import UNDEFINED, normalize_payload, python_stable_json
 
@@ -197,21 +196,3 @@ def test_pure_python_path_passes_the_engine_suites() -> None:
 )
 def test_sorts_objects_with_many_keys(value: dict[str, int]) -> None:
     assert speedups.stable_json(value) == python_stable_json(value)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.binary(max_size=300)
-    | st.lists(st.sampled_from([b"[", b"{", b"]", b"}", b'"', b"a"]), max_size=5000).map(b"".join)
-)
-def test_openings_counts_what_the_two_counts_count(data: bytes) -> None:
-    assert speedups.openings(data) == data.count(b"[") + data.count(b"{")
-
-
-@pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 4079, 4080, 4081, 3 * 4096 + 5])
-def test_openings_at_every_block_boundary(size: int) -> None:
-    """Counted per byte lane in blocks of 255 x 16 bytes: a block of nothing but
-    openings fills every lane exactly."""
-    assert speedups.openings(b"{" * size) == size
-    assert speedups.openings(bytearray(b"[x" * size)) == size
-    assert codec._openings is speedups.openings

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import sjson
-from streams.engine.stablejson import FLOAT_HOOK, UNDEFINED, decode_payload, js_number, normalize_payload, stable_json
+from schemas.jsnumbers import FLOAT_HOOK, js_number
+from streams.engine.stablejson import UNDEFINED, decode_payload, normalize_payload, stable_json
 
 
 def test_keys_sorted_compact():
