@@ -25,10 +25,24 @@ from typing import Any, Protocol
 from faust.types import TP
 from faust.types.tuples import Message
 
-from streams.worker.store import InFlight, Slot
+from schemas.state import StoredRun
 
 #: Events acknowledged between two chances for the processor to take new ones.
 ACKS_PER_YIELD = 200
+
+
+Slot = tuple[int, bytes]
+"""(partition, run key): where a run's state lives."""
+
+
+class InFlight:
+    """A run's newest state, and the last checkpoint that took an event of it."""
+
+    __slots__ = ("stored", "checkpoint")
+
+    def __init__(self, stored: StoredRun, checkpoint: Checkpoint | None = None) -> None:
+        self.stored = stored
+        self.checkpoint = checkpoint
 
 
 class Touched:
@@ -62,6 +76,16 @@ class Checkpoint:
         if touched is None:
             touched = self.touched[slot] = Touched(run)
         return touched
+
+    def seal(self, slot: Slot, stored: StoredRun, encode: Callable[[bytes, StoredRun], bytes]) -> None:
+        """Once closed, keep the bytes of a run's state as this checkpoint left
+        it, before a later event changes it (`stored`: that state, `encode`:
+        how the store turns it into bytes)."""
+        if not self.closed:
+            return
+        touched = self.touched.get(slot)
+        if touched is not None and touched.dirty and touched.sealed is None:
+            touched.sealed = encode(slot[1], stored)
 
 
 class States(Protocol):

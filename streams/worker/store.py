@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faust
 import msgspec
@@ -26,9 +26,7 @@ from schemas.codec import decode_stored, encode_stored, touched_at
 from schemas.state import RunState, StoredRun
 from streams.observability import logs
 from streams.observability.metrics import WorkerMetrics
-
-if TYPE_CHECKING:
-    from streams.worker.checkpoint import Checkpoint, Touched
+from streams.worker.checkpoint import Checkpoint, InFlight, Slot, Touched
 
 log = logging.getLogger("loopwarden.worker")
 
@@ -47,9 +45,6 @@ WRITES_PER_YIELD = 200
 #: a third of the time (bench/state_writes.py), with the GIL held throughout.
 UNLOGGED = WriteOptions()
 UNLOGGED.disable_wal = True
-
-Slot = tuple[int, bytes]
-"""(partition, run key): where a run's state lives."""
 
 
 class RunStore(RocksDBStore):
@@ -98,16 +93,6 @@ class RunStore(RocksDBStore):
         return ((k, v) for k, v in self._db_for_partition(partition).items() if k != offset_key)
 
 
-class InFlight:
-    """A run's newest state, and the last checkpoint that took an event of it."""
-
-    __slots__ = ("stored", "checkpoint")
-
-    def __init__(self, stored: StoredRun, checkpoint: Checkpoint | None = None) -> None:
-        self.stored = stored
-        self.checkpoint = checkpoint
-
-
 class RunStates:
     """The in-flight overlay over the runs table, the table's writes and its TTL sweep.
 
@@ -153,11 +138,8 @@ class RunStates:
         entry = self.live.get(slot)
         if entry is None:
             return InFlight(self._read(slot))
-        checkpoint = entry.checkpoint
-        if checkpoint is not None and checkpoint.closed:
-            touched = checkpoint.touched.get(slot)
-            if touched is not None and touched.dirty and touched.sealed is None:
-                touched.sealed = self._encode(slot[1], entry.stored)
+        if entry.checkpoint is not None:
+            entry.checkpoint.seal(slot, entry.stored, self._encode)
         return entry
 
     def hold(self, slot: Slot, entry: InFlight, checkpoint: Checkpoint) -> None:
