@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.pipeline import common
-from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT
+from streams.kafka.reader import TopicReader
 from streams.client import GuardClient
 
 MODES = ("whole_topic", "reply_partition")
@@ -45,22 +46,12 @@ def _drive(client: GuardClient, prefix: str, runs: int, calls: int, failures: li
 
 def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
     """(records, key + value bytes) of a whole topic, read without a group."""
-    from kafka import TopicPartition
-
-    consumer = kafka_clients.consumer(bootstrap, group_id=None, enable_auto_commit=False)
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        records = size = 0
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for batch in consumer.poll(timeout_ms=200).values():
-                records += len(batch)
-                size += sum(len(r.value or b"") + len(r.key or b"") for r in batch)
-        return records, size
-    finally:
-        consumer.close()
+    records = size = 0
+    with TopicReader(bootstrap, "loopwarden-bench", PLAINTEXT) as reader:
+        for record in reader.whole(topic):
+            records += 1
+            size += len(record.value or b"") + len(record.key or b"")
+    return records, size
 
 
 def measure(

@@ -104,6 +104,11 @@ class TopicReader:
         ends = self.ends(tps)
         return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
 
+    def whole(self, topic: str) -> Iterator[Record]:
+        """Every record the topic holds now, partition by partition."""
+        tps = self.partitions(topic)
+        return self.read(self.beginnings(tps), self.ends(tps))
+
     def read(
         self, starts: dict[Any, int], ends: dict[Any, int], key: bytes | None = None, idle_timeout: float = 30.0
     ) -> Iterator[Record]:

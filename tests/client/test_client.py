@@ -17,11 +17,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from kafka import TopicPartition
 
 from schemas.config import FleetConfig, LoopDetectionConfig
 from schemas.verdicts import Verdict
 from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT
+from streams.kafka.reader import TopicReader
 from streams.tools.broker import LocalBroker, free_port
 from streams.client import ClientVerdict, GuardClient, minimal_args
 from schemas.codec import decode_verdict
@@ -38,22 +39,10 @@ TIGHT = FleetConfig(
 )
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 5.0) -> list[tuple[bytes | None, bytes]]:
+def read_topic(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
     """Everything on a topic right now, partition by partition."""
-    consumer = kafka_clients.consumer(bootstrap, group_id=None, enable_auto_commit=False)
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        out: list[tuple[bytes | None, bytes]] = []
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                out.extend((r.key, r.value) for r in records)
-        return out
-    finally:
-        consumer.close()
+    with TopicReader(bootstrap, "loopwarden-tests", PLAINTEXT) as reader:
+        return [(record.key, record.value) for record in reader.whole(topic)]
 
 
 def wire(v: Verdict) -> Verdict:
