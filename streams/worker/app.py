@@ -36,7 +36,7 @@ from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 from streams.worker import transport
 from streams.worker.store import STORE_URL
-from streams.worker.tenants import Found, TenantWatch, discover
+from streams.worker.tenants import Found, TenantWatch, discover_at_start
 from streams.tools.secure import private_dir
 
 log = logging.getLogger("loopwarden.worker")
@@ -403,13 +403,9 @@ def run_worker(settings: Settings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    tenants: Found = ({}, {})
-    if settings.tenant_refresh > 0:
-        try:
-            tenants = discover(settings.bootstrap, settings.security, partitions)
-        except TopicError as exc:
-            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
-            return 1
+    tenants = discover_at_start(settings.bootstrap, settings.security, partitions, settings.tenant_refresh, log)
+    if tenants is None:
+        return 1
     private_dir(settings.data_dir)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(

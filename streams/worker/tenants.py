@@ -108,6 +108,22 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int | None) ->
     return servable, mismatched
 
 
+def discover_at_start(
+    bootstrap: str, security: KafkaSecurity, partitions: int | None, refresh: float, logger: logging.Logger
+) -> Found | None:
+    """`discover` before Faust starts (none when `refresh` is 0), or None once a
+    `startup_failed` line has said why the cluster could not be read."""
+    from streams.worker.topics import TopicError
+
+    if refresh <= 0:
+        return {}, {}
+    try:
+        return discover(bootstrap, security, partitions)
+    except TopicError as exc:
+        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
+        return None
+
+
 class TenantWatch:
     """Looks for new tenants every `--tenant-refresh` and hands each, with its
     decisions topic's partition count, to `serve` once (`discover` with `partitions`)."""
