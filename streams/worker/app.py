@@ -34,7 +34,7 @@ from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
-from streams.worker import transport
+from streams.worker import expansion, transport
 from streams.worker.store import STORE_URL
 from streams.worker.tenants import Found, TenantWatch, discover_at_start
 from streams.tools.secure import private_dir
@@ -200,6 +200,7 @@ def create_app(
         },
     )
     processor = Processor(app, settings, config, table, policy, decisions_partitions or events_partitions)
+    expansion.install(processor.topics, settings.max_batch_bytes)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     subscribe(settings.topics.events)
@@ -383,6 +384,12 @@ def run_worker(settings: Settings) -> int:
         transport.codec_for(settings.changelog_compression)
     except ValueError as exc:
         logs.event(log, logging.ERROR, f"--changelog-compression: {exc}", event="startup_failed")
+        return 2
+    if settings.max_batch_bytes < settings.max_event_bytes:
+        limits = f"{settings.max_batch_bytes} < --max-event-bytes {settings.max_event_bytes}"
+        logs.event(
+            log, logging.ERROR, f"--max-batch-bytes {limits}: no event that size could pass", event="startup_failed"
+        )
         return 2
     if not web_port_free(log, settings.web_port, settings.web_host):
         return 1

@@ -34,6 +34,7 @@ from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, Checkpoints
 from streams.worker.settings import EXACTLY_ONCE, Settings
 from streams.worker.stages import StageTrace
+from streams.worker.expansion import Oversized
 from streams.worker.tenants import Routes
 from streams.worker.store import RunStates
 
@@ -178,6 +179,8 @@ class Processor:
         checkpoint = self.checkpoints.join(message)
         try:
             if not raw:
+                if raw.__class__ is Oversized:  # a whole batch refused as it was fetched
+                    raise BadEvent("batch_too_large", raw.reason)
                 raise BadEvent("empty", "empty message: no value")
             if len(raw) > self.settings.max_event_bytes:
                 limit = self.settings.max_event_bytes
