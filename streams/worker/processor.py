@@ -71,7 +71,7 @@ class Processor:
         self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
         # Per-event timings and consumer positions only when the web server
         # that serves them is on: no per-event cost otherwise.
-        self.metrics = WorkerMetrics(FaustOwnership(app, settings.topics.events), scraped=settings.web_port is not None)
+        self.metrics = WorkerMetrics(FaustOwnership(app, self.topics), scraped=settings.web_port is not None)
         self._reported: dict[str, int] = {}
         self.states = RunStates(app, table, self.metrics, self.behind)
         self.checkpoints = Checkpoints(self.states, self._ack, settings.flush_interval, self._finished)

@@ -71,6 +71,11 @@ class Routes:
     def __getitem__(self, topic: str) -> Route:
         return self._routes[topic]
 
+    def tenant(self, topic: str) -> str | None:
+        """Whose events topic this is (None: the worker's own, or not served)."""
+        route = self._routes.get(topic)
+        return None if route is None else route.tenant
+
     def add(self, tenant: str, partitions: int) -> str:
         """Serve a tenant whose decisions topic has `partitions`; returns its events topic."""
         events, decisions = tenant_topics(tenant)
