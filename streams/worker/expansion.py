@@ -127,7 +127,7 @@ _DECODERS: dict[str, Any] = {
 
 
 class _Batch:
-    """One fetched batch whose iteration (where aiokafka decompresses) runs under the bound."""
+    """One fetched compressed batch whose iteration (where aiokafka decompresses) runs under the bound."""
 
     def __init__(self, batch: Any, topic: str, partition: int, limit: int) -> None:
         self._batch = batch
@@ -141,8 +141,6 @@ class _Batch:
 
     def __iter__(self) -> Iterator[Any]:
         batch = self._batch
-        if not batch.compression_type:
-            return iter(batch)
         token = _bound.set(self._where[2])
         try:
             return iter(batch)
@@ -175,8 +173,11 @@ class _Records:
         return bool(self._records.has_next())
 
     def next_batch(self) -> Any:
+        """The batch itself when uncompressed (nothing to bound), else wrapped."""
         batch = self._records.next_batch()
-        return None if batch is None else _Batch(batch, *self._where)
+        if batch is None or not batch.compression_type:
+            return batch
+        return _Batch(batch, *self._where)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._records, name)
