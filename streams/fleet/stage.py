@@ -42,7 +42,7 @@ from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
 from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
 from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
-from streams.worker.tenants import Found, TenantWatch, discover, key_prefix, split_key
+from streams.worker.tenants import Found, TenantWatch, discover_at_start, key_prefix, split_key
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -223,13 +223,9 @@ def run_fleet(settings: FleetSettings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    tenants: Found = ({}, {})
-    if settings.tenant_refresh > 0:
-        try:
-            tenants = discover(settings.bootstrap, settings.security, None)
-        except TopicError as exc:
-            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
-            return 1
+    tenants = discover_at_start(settings.bootstrap, settings.security, None, settings.tenant_refresh, log)
+    if tenants is None:
+        return 1
     private_dir(settings.data_dir)
     app = create_fleet_app(settings, tenants)
     logs.event(

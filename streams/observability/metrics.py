@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -91,13 +91,25 @@ class TopicPartition(NamedTuple):
 
 class Ownership:
     """What the worker owns right now: its active partitions of the events
-    topic and their high watermarks. The defaults own nothing."""
+    topics (its own and its tenants') and their high watermarks. The defaults own nothing."""
 
     def owned(self) -> Iterable[TopicPartition]:
         return ()
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return None
+
+    def tenant(self, topic: str) -> str | None:
+        """The tenant whose events topic this is; None for the worker's own."""
+        return None
+
+
+class Served(Protocol):
+    """The events topics a worker serves (streams.worker.tenants.Routes)."""
+
+    def __contains__(self, topic: object) -> bool: ...
+
+    def tenant(self, topic: str) -> str | None: ...
 
 
 class _PerEvent(Collector):
@@ -165,15 +177,17 @@ class _Owned(Collector):
             del self.held[gone]
         lag = GaugeMetricFamily(
             "loopwarden_consumer_lag",
-            "Messages between this worker's position and the partition's high watermark.",
-            labels=["topic", "partition"],
+            "Messages between this worker's position and the partition's high watermark, per events topic "
+            'served (tenant: the tenant whose topic it is, "" for the worker\'s own).',
+            labels=["topic", "partition", "tenant"],
         )
         for tp in sorted(owned):
             offset = self.positions.get(tp)
             highwater = None if offset is None else self.ownership.highwater(tp)
             if offset is not None and highwater is not None and highwater >= 0:
                 # the high watermark is the offset the next produced message gets
-                lag.add_metric([tp.topic, str(tp.partition)], max(0, highwater - offset - 1))
+                tenant = self.ownership.tenant(tp.topic) or ""
+                lag.add_metric([tp.topic, str(tp.partition), tenant], max(0, highwater - offset - 1))
         runs = sum(self.held.values())
         yield GaugeMetricFamily(
             "loopwarden_active_runs", "Runs with state held by this worker (its assigned partitions).", value=runs
@@ -369,17 +383,21 @@ def install(app: Any, metrics: Metrics, path: str = "/metrics") -> Any:
 
 class FaustOwnership(Ownership):
     """The worker's ownership as its Faust app knows it: active partitions of
-    the events topic (never standbys) and the consumer's high watermarks."""
+    the events topics `served` (never standbys; a tenant's counts from its
+    first assignment) and the consumer's high watermarks."""
 
-    def __init__(self, app: Any, topic: str) -> None:
+    def __init__(self, app: Any, served: Served) -> None:
         self.app = app
-        self.topic = topic
+        self.served = served
 
     def owned(self) -> Iterable[TopicPartition]:
-        topic = self.topic
+        served = self.served
         return [
-            TopicPartition(tp.topic, tp.partition) for tp in self.app.assignor.assigned_actives() if tp.topic == topic
+            TopicPartition(tp.topic, tp.partition) for tp in self.app.assignor.assigned_actives() if tp.topic in served
         ]
+
+    def tenant(self, topic: str) -> str | None:
+        return self.served.tenant(topic)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         from faust.types import TP

@@ -36,9 +36,9 @@ from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
 from streams.argtypes import format_duration
 from streams.worker.settings import EXACTLY_ONCE, Settings
-from streams.worker import transport
+from streams.worker import expansion, transport
 from streams.worker.store import STORE_URL
-from streams.worker.tenants import Found, TenantWatch, discover
+from streams.worker.tenants import Found, TenantWatch, discover_at_start
 from streams.tools.secure import private_dir
 
 log = logging.getLogger("loopwarden.worker")
@@ -202,6 +202,7 @@ def create_app(
         },
     )
     processor = Processor(app, settings, config, table, policy, decisions_partitions or events_partitions)
+    expansion.install(processor.topics, settings.max_batch_bytes)
     if settings.web_port is not None:
         install_metrics(app, processor.metrics)  # GET /metrics on the web server
     subscribe(settings.topics.events)
@@ -386,6 +387,12 @@ def run_worker(settings: Settings) -> int:
     except ValueError as exc:
         logs.event(log, logging.ERROR, f"--changelog-compression: {exc}", event="startup_failed")
         return 2
+    if settings.max_batch_bytes < settings.max_event_bytes:
+        limits = f"{settings.max_batch_bytes} < --max-event-bytes {settings.max_event_bytes}"
+        logs.event(
+            log, logging.ERROR, f"--max-batch-bytes {limits}: no event that size could pass", event="startup_failed"
+        )
+        return 2
     if not web_port_free(log, settings.web_port, settings.web_host):
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
@@ -405,13 +412,9 @@ def run_worker(settings: Settings) -> int:
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, group=settings.app_id):
         return 2
-    tenants: Found = ({}, {})
-    if settings.tenant_refresh > 0:
-        try:
-            tenants = discover(settings.bootstrap, settings.security, partitions)
-        except TopicError as exc:
-            logs.event(log, logging.ERROR, str(exc), event="startup_failed")
-            return 1
+    tenants = discover_at_start(settings.bootstrap, settings.security, partitions, settings.tenant_refresh, log)
+    if tenants is None:
+        return 1
     private_dir(settings.data_dir)
     if settings.processing_guarantee == EXACTLY_ONCE:
         logs.event(

@@ -34,6 +34,7 @@ from streams.observability.metrics import FaustOwnership, WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, Checkpoints
 from streams.worker.settings import EXACTLY_ONCE, Settings
 from streams.worker.stages import StageTrace
+from streams.worker.expansion import Oversized
 from streams.worker.tenants import Routes
 from streams.worker.store import RunStates
 
@@ -70,7 +71,7 @@ class Processor:
         self.exactly_once = settings.processing_guarantee == EXACTLY_ONCE
         # Per-event timings and consumer positions only when the web server
         # that serves them is on: no per-event cost otherwise.
-        self.metrics = WorkerMetrics(FaustOwnership(app, settings.topics.events), scraped=settings.web_port is not None)
+        self.metrics = WorkerMetrics(FaustOwnership(app, self.topics), scraped=settings.web_port is not None)
         self._reported: dict[str, int] = {}
         self.states = RunStates(app, table, self.metrics, self.behind)
         self.checkpoints = Checkpoints(self.states, self._ack, settings.flush_interval, self._finished)
@@ -178,6 +179,8 @@ class Processor:
         checkpoint = self.checkpoints.join(message)
         try:
             if not raw:
+                if raw.__class__ is Oversized:  # a whole batch refused as it was fetched
+                    raise BadEvent("batch_too_large", raw.reason)
                 raise BadEvent("empty", "empty message: no value")
             if len(raw) > self.settings.max_event_bytes:
                 limit = self.settings.max_event_bytes

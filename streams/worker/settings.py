@@ -74,6 +74,7 @@ class Settings:
     changelog_compression: str = "none"
     fetch_hold: float = 0.0
     max_event_bytes: int = 1024 * 1024
+    max_batch_bytes: int = 16 * 1024 * 1024
     max_seq_jump: int = DEFAULT_MAX_SEQ_JUMP  # $LOOPWARDEN_MAX_SEQ_JUMP, shared with replay, audit and explain
     session_timeout: float = 30.0
     heartbeat_interval: float = 3.0
@@ -219,6 +220,13 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.max_event_bytes,
         help=f"larger events are dead-lettered (default {DEFAULTS.max_event_bytes / 2**20:g} MiB)",
     )
+    parser.add_argument(
+        "--max-batch-bytes",
+        type=positive_int,
+        default=DEFAULTS.max_batch_bytes,
+        help="a compressed batch of events that decompresses to more is dead-lettered whole, decompressed no "
+        f"further; at least --max-event-bytes (default {DEFAULTS.max_batch_bytes / 2**20:g} MiB)",
+    )
     _duration_option(parser, "--session-timeout", "session_timeout", "consumer group session")
     _duration_option(parser, "--heartbeat-interval", "heartbeat_interval", "consumer heartbeat")
     _duration_option(parser, "--commit-interval", "commit_interval", "offset commit interval")
@@ -298,6 +306,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         changelog_compression=args.changelog_compression,
         fetch_hold=args.fetch_hold,
         max_event_bytes=args.max_event_bytes,
+        max_batch_bytes=args.max_batch_bytes,
         max_seq_jump=max_seq_jump(),
         session_timeout=args.session_timeout,
         heartbeat_interval=args.heartbeat_interval,
@@ -359,6 +368,8 @@ def worker_argv(settings: Settings) -> list[str]:
         format_duration(settings.fetch_hold),
         "--max-event-bytes",
         str(settings.max_event_bytes),
+        "--max-batch-bytes",
+        str(settings.max_batch_bytes),
         "--session-timeout",
         format_duration(settings.session_timeout),
         "--heartbeat-interval",

@@ -71,6 +71,11 @@ class Routes:
     def __getitem__(self, topic: str) -> Route:
         return self._routes[topic]
 
+    def tenant(self, topic: str) -> str | None:
+        """Whose events topic this is (None: the worker's own, or not served)."""
+        route = self._routes.get(topic)
+        return None if route is None else route.tenant
+
     def add(self, tenant: str, partitions: int) -> str:
         """Serve a tenant whose decisions topic has `partitions`; returns its events topic."""
         events, decisions = tenant_topics(tenant)
@@ -106,6 +111,22 @@ def discover(bootstrap: str, security: KafkaSecurity, partitions: int | None) ->
         else:
             mismatched[name] = counts[events]
     return servable, mismatched
+
+
+def discover_at_start(
+    bootstrap: str, security: KafkaSecurity, partitions: int | None, refresh: float, logger: logging.Logger
+) -> Found | None:
+    """`discover` before Faust starts (none when `refresh` is 0), or None once a
+    `startup_failed` line has said why the cluster could not be read."""
+    from streams.kafka.topics import TopicError
+
+    if refresh <= 0:
+        return {}, {}
+    try:
+        return discover(bootstrap, security, partitions)
+    except TopicError as exc:
+        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
+        return None
 
 
 class TenantWatch:

@@ -58,7 +58,12 @@ the driver's own ``send`` does, and builds its batches with aiokafka's
 ``create_batch``, which gives every batch the producer's own size and
 compression; it compresses each batch itself (the builder's ``_build``)
 unless the producer is idempotent (its ``_txn_manager``). The conductor's
-resubscription delay is its class attribute ``_resubscribe_sleep_lock_seconds``. Those are
+resubscription delay is its class attribute ``_resubscribe_sleep_lock_seconds``. The
+decompression bound (streams/worker/expansion.py) replaces the fetcher module's
+``PartitionRecords`` with a subclass and the decoders (``gzip_decode``,
+``lz4_decode``, ``zstd_decode``, ``snappy_decode``) that aiokafka's record
+modules look up as globals, and builds its stand-in record with
+``DefaultRecord`` of the C record module. Those are
 the only non-public members used; a Faust, mode or aiokafka upgrade must
 re-check them.
 """

@@ -160,6 +160,23 @@ def test_lag_is_computed_when_scraped_and_dropped_on_revoke():
     assert lag_series(metrics) == {(EVENTS, "0"): 40, (EVENTS, "1"): 4}
 
 
+def test_lag_names_the_tenant_whose_topic_it_is():
+    class Tenants(Owned):
+        def tenant(self, topic: str) -> str | None:
+            return "acme" if topic == "loopwarden.acme.events" else None
+
+    own, acme = TopicPartition(EVENTS, 0), TopicPartition("loopwarden.acme.events", 0)
+    metrics = WorkerMetrics(Tenants({own: 10, acme: 20}))
+    metrics.offset_seen(own, 8)
+    metrics.offset_seen(acme, 14)
+    series = {
+        dict(labels)["topic"]: (dict(labels)["tenant"], value)
+        for (name, labels), value in scrape(metrics).items()
+        if name == "loopwarden_consumer_lag"
+    }
+    assert series == {EVENTS: ("", 1), "loopwarden.acme.events": ("acme", 5)}
+
+
 def test_active_runs_count_only_owned_partitions():
     owned = Owned({TopicPartition(EVENTS, 0): 0, TopicPartition(EVENTS, 1): 0})
     metrics = WorkerMetrics(owned)

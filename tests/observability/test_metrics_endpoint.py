@@ -9,9 +9,14 @@ import socket
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
+from kafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.topics import tenant_topics
 from streams.kafka import clients as kafka_clients
 from streams.tools.broker import free_port
 
@@ -136,6 +141,58 @@ def test_worker_serves_metrics(broker, tmp_path):
         assert values["loopwarden_event_processing_seconds_count"] >= len(lines)
         assert "loopwarden_active_runs" in values
         assert any(k.startswith("loopwarden_consumer_lag{") for k in values)
+
+
+def lag_by_topic(text: str) -> dict[str, set[tuple[str, str]]]:
+    """loopwarden_consumer_lag's series: topic -> {(tenant label, value)}."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "loopwarden_consumer_lag":
+            for sample in family.samples:
+                labels = sample.labels
+                found.setdefault(labels["topic"], set()).add((labels["tenant"], str(int(sample.value))))
+    return found
+
+
+def test_consumer_lag_covers_every_tenants_events_topic(broker, tmp_path):
+    """Two tenants' pairs on the broker, served by one worker: each tenant's
+    events topic has its lag series, labelled with the tenant, beside the
+    worker's own (tenant ""), and every one reads 0 once all is taken."""
+    topics = make_topics(broker.bootstrap)
+    tenants = [f"lag{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    pairs = {name: tenant_topics(name) for name in tenants}
+    admin = kafka_clients.admin(broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 3, 1) for pair in pairs.values() for topic in pair])
+        port = free_port()
+        with RealWorker(
+            broker.bootstrap, topics, tmp_path, "--config", str(SAMPLE_CONFIG), "--web-port", str(port)
+        ) as worker:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and not answers(port):
+                assert worker.alive(), worker.log_tail()
+                time.sleep(0.5)
+            lines = make_trace(runs=6, events_per_run=4, seed=31, prefix="lag")
+            produce(broker.bootstrap, topics["events"], lines)
+            for events, _ in pairs.values():
+                produce(broker.bootstrap, events, lines)
+            wanted = {topics["events"]: ""} | {pairs[name][0]: name for name in tenants}
+            deadline = time.monotonic() + 90
+            lag: dict[str, set[tuple[str, str]]] = {}
+            while time.monotonic() < deadline:
+                assert worker.alive(), worker.log_tail()
+                lag = lag_by_topic(scrape(port)[2])
+                if all(lag.get(topic) == {(tenant, "0")} for topic, tenant in wanted.items()):
+                    break
+                time.sleep(0.5)
+            assert {topic: lag.get(topic) for topic in wanted} == {
+                topic: {(tenant, "0")} for topic, tenant in wanted.items()
+            }, worker.log_tail()
+            assert set(lag) == set(wanted), lag
+    finally:
+        # Other tests' workers on this broker would serve them too.
+        admin.delete_topics([topic for pair in pairs.values() for topic in pair])
+        admin.close()
 
 
 def test_fleet_stage_serves_metrics(broker, tmp_path):

@@ -201,7 +201,8 @@ def runs(openclaw: OpenClaw, broker, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     """The plugin's own tests (node --test): local hashing against tests/vectors/hashing.json
-    and against the reference gateway's module, and the run bookkeeping (test/guard.test.ts)."""
+    and against the reference gateway's module, the run bookkeeping (test/guard.test.ts), and
+    the @platformatic/kafka seams the group-free reader relies on (test/seams.test.ts)."""
     done = subprocess.run(
         [
             openclaw.node,

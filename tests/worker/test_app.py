@@ -56,3 +56,17 @@ def test_a_changelog_compression_without_its_library_stops_the_worker_before_it_
     assert "event=startup_failed" in line
     assert "--changelog-compression: zstd compression needs the cramjam package" in line
     assert not (tmp_path / "data").exists()  # nothing made, nothing connected to
+
+
+def test_a_batch_bound_below_the_event_bound_stops_the_worker_before_it_connects(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from streams.worker.app import run_worker
+
+    settings = Settings(bootstrap="127.0.0.1:1", data_dir=tmp_path / "data", max_batch_bytes=1000)
+    assert run_worker(settings) == 2
+    out = capsys.readouterr()
+    line = (out.out + out.err).strip().splitlines()[-1]
+    assert "event=startup_failed" in line
+    assert "--max-batch-bytes 1000 < --max-event-bytes 1048576: no event that size could pass" in line
+    assert not (tmp_path / "data").exists()

@@ -261,6 +261,74 @@ def test_ten_megabyte_event_limits_along_the_path(broker, tmp_path: Path) -> Non
     )
 
 
+def _peak_rss(pid: int) -> int:
+    """The process's resident-memory high-water mark (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+@pytest.mark.integration
+def test_a_compressed_batch_that_expands_too_far_is_dead_lettered(broker, tmp_path: Path) -> None:
+    """64 MiB of zeros, gzip'd by the producer to about 64 KiB, between valid
+    events: within the fetch size, but past --max-batch-bytes (2 MiB here)
+    once decompressed. The worker dead-letters the batch whole, naming
+    topic, partition and offsets, decompressing no more than the bound (its
+    peak resident memory grows by less than half the expanded size), and
+    the events around it get their verdicts."""
+    expanded = 64 * MIB
+    t = names("expand")
+    config = write_config(tmp_path)
+    create_topics(broker.bootstrap, t, 1)
+    trace = make_trace(runs=2, events_per_run=12, seed=23, prefix="around")
+    before, after = trace[: len(trace) // 2], trace[len(trace) // 2 :]
+    expected = reference(trace, config)
+    with Worker(
+        broker.bootstrap, t, tmp_path, "w", config=config, partitions=1, extra=["--max-batch-bytes", str(2 * MIB)]
+    ) as worker:
+        produce(broker.bootstrap, t["events"], before)
+        consume(broker.bootstrap, t["decisions"], count=len(reference(before, config)), timeout=90)
+        assert worker.proc is not None
+        peak_before = _peak_rss(worker.proc.pid)
+        bomb = kafka_clients.producer(
+            broker.bootstrap, compression_type="gzip", max_request_size=2 * expanded, acks="all", retries=0
+        )
+        try:
+            sent = bomb.send(t["events"], key=b"bomb", value=bytes(expanded)).get(30)
+        finally:
+            bomb.close()
+        produce(broker.bootstrap, t["events"], after)
+        records = consume(broker.bootstrap, t["decisions"], count=len(expected), timeout=90, settle=0.5)
+        dead = consume(broker.bootstrap, t["deadletter"], count=1, timeout=30, settle=0.5)
+        peak_after = _peak_rss(worker.proc.pid)
+        assert worker.proc.poll() is None, "never a crash"
+        logged = worker.lines("deadletter")
+        assert worker.stop() == 0
+    figures = check_invariant([r.value for r in records], expected)
+    assert len(dead) == 1, [r.headers for r in dead]
+    headers = {k: v.decode() for k, v in dead[0].headers}
+    assert headers["loopwarden.kind"] == "batch_too_large", headers
+    where = f"{t['events']}[0] offsets {sent.offset}..{sent.offset} (gzip)"
+    assert where in headers["loopwarden.reason"], headers
+    assert f"--max-batch-bytes {2 * MIB}" in headers["loopwarden.reason"], headers
+    assert (headers["loopwarden.source.topic"], headers["loopwarden.source.offset"]) == (t["events"], str(sent.offset))
+    assert dead[0].value == b""
+    assert len(logged) == 1 and logged[0]["kind"] == "batch_too_large" and logged[0]["offset"] == str(sent.offset)
+    grown = peak_after - peak_before
+    assert grown < expanded // 2, f"peak resident memory grew by {grown} bytes"
+    record_figures(
+        "compressed_batch_bound",
+        fault="64 MiB of zeros gzip'd in one record between valid events; --max-batch-bytes 2 MiB",
+        events=len(trace) + 1,
+        **figures,
+        dead_lettered=1,
+        reason=headers["loopwarden.reason"],
+        peak_rss_before=peak_before,
+        peak_rss_grown=grown,
+    )
+
+
 # -- config safety -------------------------------------------------------------
 
 BAD_CONFIGS = [

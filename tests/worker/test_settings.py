@@ -69,6 +69,8 @@ def test_worker_argv_reproduces_every_setting() -> None:
         "0",
         "--fetch-hold",
         "5ms",
+        "--max-batch-bytes",
+        "4000000",
         "--changelog-compression",
         "gzip",
         "--ttl",
@@ -86,6 +88,7 @@ def test_worker_argv_reproduces_every_setting() -> None:
     assert again == settings
     assert (again.batch_size, again.flush_interval, again.max_in_flight) == (500, 0.075, 900)
     assert again.fetch_hold == 0.005
+    assert again.max_batch_bytes == 4_000_000
     assert again.changelog_compression == "gzip"
 
 

@@ -18,6 +18,7 @@ import {
 } from "@platformatic/kafka";
 
 import { choosePartition, readPassword, type Mechanism, type Security, type Settings } from "./config.js";
+import { assignWithoutGroup } from "./seams.js";
 
 export interface Log {
   debug(message: string): void;
@@ -32,7 +33,7 @@ const RECONNECT_DELAY_MS = 5_000;
 export const CLIENT_ID = "loopwarden-openclaw";
 /**
  * Required by @platformatic/kafka's Consumer, never sent: the reader assigns
- * its partition itself and never joins, commits to or leaves a group.
+ * its partition itself (seams.ts) and never joins, commits to or leaves a group.
  */
 const UNUSED_GROUP = "loopwarden-openclaw-no-group";
 
@@ -145,11 +146,7 @@ export class Bus {
         if (!count) throw new Error(`topic ${topic} has no partitions`);
         const { partition, warning } = choosePartition(this.settings.replyPartition, this.instanceId, count, (key) => murmur2(key));
         if (warning) this.log.warn(`loopwarden: ${warning}`);
-        // What a group's join would have set: with a member id and the topic
-        // tracked, consume() streams this assignment and never joins.
-        consumer.topics.track(topic);
-        consumer.memberId = UNUSED_GROUP;
-        consumer.assignments = [{ topic, partitions: [partition] }];
+        assignWithoutGroup(consumer, topic, partition, UNUSED_GROUP);
         const stream = await consumer.consume({ topics: [topic], mode: "latest", autocommit: false, maxWaitTime: 100 });
         stream.on("data", (message) => {
           if (message.value) this.onMessage(message.value);
