@@ -38,7 +38,7 @@ class Step(Struct, frozen=True, kw_only=True):
     """The setting the count was held against (None where no count was)."""
     warning_key: str | None = None
     tool: str | None = None
-    """The tool of the block that stood for this call (turn rule, latch)."""
+    """The blocked loop's tool: this call's, or for the turn rule and a latch the earlier call's."""
 
 
 class Trace(Struct, kw_only=True):
