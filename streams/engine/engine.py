@@ -87,9 +87,9 @@ def apply(
     path = Trace(agent_id=state.agent_id, aborted=state.aborted is not None) if trace else None
     seq = event.seq
     if seq <= state.last_seq:
-        return Outcome(state, [], duplicate=True, trace=path)
+        return Outcome(state, [], 0, True, path)
     if isinstance(event, RunEnd):
-        return Outcome(RunState(last_seq=seq), [], trace=path)
+        return Outcome(RunState(last_seq=seq), [], 0, False, path)
     agent_id = state.agent_id
     if agent_id is None and not isinstance(event, ToolResult) and event.agent_id:
         agent_id = event.agent_id
@@ -112,7 +112,7 @@ def apply(
             path.armed = armed
     state.agent_id = agent_id
     state.last_seq = seq
-    return Outcome(state, verdicts, armed, trace=path)
+    return Outcome(state, verdicts, armed, False, path)
 
 
 def _stamp(verdict: Verdict, agent_id: str | None, ts: float | str | None) -> Verdict:
