@@ -212,8 +212,9 @@ def _on_call(
     if not pol.escalation:
         return verdict
     verdict = _escalate(state, event, verdict, pol, blocked)
-    if trace is not None:
-        trace.add("escalation", verdict, pol.blocked_calls)
+    if trace is not None:  # counted against blockedCalls: the blocked calls it remembers (cleared by a shadow abort)
+        blocked_calls = verdict.count if verdict.detector == BLOCKS_IGNORED else state.escalation.count(True)
+        trace.add("escalation", verdict, pol.blocked_calls, count=blocked_calls)
     return verdict
 
 

@@ -65,14 +65,22 @@ class Trace(Struct, kw_only=True):
     """The guard's window when this compaction armed it (0: it did not)."""
     steps: list[Step] = []
 
-    def add(self, rule: Rule, verdict: Verdict, threshold: int | None = None, tool: str | None = None) -> None:
+    def add(
+        self,
+        rule: Rule,
+        verdict: Verdict,
+        threshold: int | None = None,
+        tool: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        """A step that left `verdict`; its count is the verdict's unless the rule counted something else."""
         self.steps.append(
             Step(
                 rule=rule,
                 decision=verdict.decision,
                 shadow_decision=verdict.shadow_decision,
                 detector=verdict.detector,
-                count=verdict.count,
+                count=verdict.count if count is None else count,
                 threshold=threshold,
                 warning_key=verdict.warning_key,
                 tool=tool,

@@ -31,6 +31,9 @@ POLICIES = {
     "budget and escalation": parse_policy(
         {"budget": {"maxToolCalls": 9}, "escalation": {"enabled": True, "blockedCalls": 2, "window": 4}}
     ),
+    "escalation without recovery": parse_policy(
+        {"recovery": {"enabled": False}, "escalation": {"enabled": True, "blockedCalls": 2, "window": 4}}
+    ),
 }
 SPEC_ORDER = ["aborted", "budget", "detectors", "turn", "latch", "recovery", "escalation"]
 
@@ -82,11 +85,9 @@ def test_the_last_step_decides_the_verdict(source, policy):
         if verdict is None:
             continue
         last = trace.steps[-1]
-        assert (last.shadow_decision, last.detector, last.count) == (
-            verdict.shadow_decision,
-            verdict.detector,
-            verdict.count,
-        )
+        assert (last.shadow_decision, last.detector) == (verdict.shadow_decision, verdict.detector)
+        if last.rule != "escalation" or verdict.detector == "blocks_ignored":  # escalation counts blocked calls
+            assert last.count == verdict.count
         call_rules = [step.rule for step in trace.steps if step.rule != "guard"]
         assert call_rules == sorted(call_rules, key=SPEC_ORDER.index), "steps out of policy spec §2's order"
         seen.update((step.rule, step.decision, step.shadow_decision) for step in trace.steps)
@@ -95,13 +96,23 @@ def test_the_last_step_decides_the_verdict(source, policy):
     assert {"allow", "warn", "block", "abort"} <= decisions
 
 
-def test_a_count_is_held_against_its_threshold():
-    for _, trace in traces(vector_lines(), None):
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_count_is_held_against_its_threshold(policy):
+    escalation = POLICIES["budget and escalation"].default  # the same settings in both policies that escalate
+    escalated = set()
+    for _, trace in traces(vector_lines(), POLICIES[policy]):
         for step in trace.steps:
             if step.rule == "detectors" and step.detector is not None:
                 assert step.count is not None and step.threshold is not None and step.count >= step.threshold
             if step.rule == "guard":
                 assert step.count == step.threshold == CONFIG.default.window_size
+            if step.rule == "escalation":
+                assert step.threshold == escalation.blocked_calls and 0 <= step.count <= escalation.window
+                if step.detector == "blocks_ignored":
+                    assert step.count >= step.threshold
+                    escalated.add(policy)
+    if policy == "escalation without recovery":  # with recovery on, recovery ends these runs first
+        assert escalated
 
 
 def test_tracing_changes_nothing():
