@@ -379,16 +379,15 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopwarden", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _replay_command(commands: argparse._SubParsersAction) -> None:
     replay = add_command(commands, "replay", help="recompute verdicts for a JSON-lines event file, offline")
     replay.add_argument("--config", help="gateway config file (JSON/JSON5); default $LOOPWARDEN_CONFIG")
     replay.add_argument("--policy", help=POLICY_HELP)
     replay.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     replay.set_defaults(run=_replay)
 
+
+def _incidents_command(commands: argparse._SubParsersAction) -> None:
     from streams.fleet.settings import add_incident_options
 
     incidents = add_command(
@@ -413,19 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     incidents.add_argument("events", help="events file, one JSON object per line, or - for stdin")
     incidents.set_defaults(run=_incidents)
 
-    from schemas.topics import (
-        DEADLETTER_TOPIC,
-        DECISIONS_TOPIC,
-        DECISIONS_TOPIC_ENV,
-        EVENTS_TOPIC,
-        EVENTS_TOPIC_ENV,
-        INCIDENTS_TOPIC,
-        decisions_topic,
-        events_topic,
-    )
-    from streams.argtypes import duration, positive_int
-    from streams.kafka.options import add_connection_options, add_reach_options, add_security_options
-    from streams.worker.settings import add_topic_names, add_topic_options, add_worker_options
+
+def _worker_command(commands: argparse._SubParsersAction) -> None:
+    from streams.kafka.options import add_connection_options
+    from streams.worker.settings import add_topic_options, add_worker_options
 
     worker = add_command(commands, "worker", help="run the stream processor (a Faust worker)")
     add_connection_options(worker, verbose=False)
@@ -433,7 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_worker_options(worker)
     worker.set_defaults(run=_worker)
 
+
+def _fleet_command(commands: argparse._SubParsersAction) -> None:
     from streams.fleet.settings import add_fleet_options
+    from streams.kafka.options import add_connection_options
 
     fleet = add_command(
         commands, "fleet", help="run the fleet stage: block and abort verdicts regrouped by fingerprint into incidents"
@@ -441,6 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_options(fleet, verbose=False)
     add_fleet_options(fleet)
     fleet.set_defaults(run=_fleet)
+
+
+def _topics_command(commands: argparse._SubParsersAction) -> None:
+    from streams.worker.settings import add_topic_names, add_topic_options
+    from streams.argtypes import positive_int
 
     topics = add_command(commands, "topics", help="manage the project's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
@@ -467,6 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_topic_names(describing)
     _add_incidents_topic(describing)
 
+
+def _produce_command(commands: argparse._SubParsersAction) -> None:
+    from schemas.topics import EVENTS_TOPIC, EVENTS_TOPIC_ENV, events_topic
+    from streams.kafka.options import add_connection_options
+
     produce = add_command(commands, "produce", help="publish a JSON-lines trace to the events topic, keyed by run_id")
     add_connection_options(produce)
     produce.add_argument("events", help="events file, one JSON object per line, or - for stdin")
@@ -480,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--raw", action="store_true", help="send every line verbatim, unvalidated (bad lines included)"
     )
     produce.set_defaults(run=_produce)
+
+
+def _tail_command(commands: argparse._SubParsersAction) -> None:
+    from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, DECISIONS_TOPIC_ENV, decisions_topic
+    from streams.kafka.options import add_connection_options
+    from streams.argtypes import duration, positive_int
 
     tail = add_command(commands, "tail", help="print verdicts (or dead letters) as they arrive, one JSON per line")
     add_connection_options(tail)
@@ -496,14 +505,19 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--dedupe", action="store_true", help="print each (run_id, seq) verdict once")
     tail.set_defaults(run=_tail)
 
+
+def _up_command(commands: argparse._SubParsersAction) -> None:
+    from streams.tools.quickstart import SAMPLE_TRACE
+    from streams.kafka.options import add_connection_options
+    from streams.worker.settings import add_topic_options, add_worker_options
+    from streams.argtypes import duration
+
     up = add_command(
         commands, "up", help="start a local broker if none answers, create topics, run a worker (and a demo trace)"
     )
     add_connection_options(up, verbose=False)
     add_topic_options(up)
     add_worker_options(up)
-    from streams.tools.quickstart import SAMPLE_TRACE
-
     up.add_argument(
         "--demo",
         metavar="EVENTS.jsonl",
@@ -530,8 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.set_defaults(run=_up)
 
+
+def _broker_command(commands: argparse._SubParsersAction) -> None:
     from streams.tools.broker import add_broker_commands
-    from streams.tools.tenants import add_tenants_command
 
     broker = add_command(
         commands,
@@ -542,7 +557,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)
-    add_tenants_command(commands)
+
+
+def _audit_command(commands: argparse._SubParsersAction) -> None:
+    from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
+    from streams.kafka.options import add_connection_options
+    from streams.argtypes import duration
 
     audit = add_command(
         commands, "audit", help="recompute verdicts from the events topic and compare them with the published ones"
@@ -568,6 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="print the report as one JSON document")
     audit.set_defaults(run=_audit)
 
+
+def _explain_command(commands: argparse._SubParsersAction) -> None:
+    from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC
+    from streams.kafka.options import add_reach_options, add_security_options
+
     explain = add_command(commands, "explain", help="show one run's timeline: hashes, detector counts, verdicts")
     explain.add_argument("run_id", metavar="RUN_ID", help="the run to show, as its events name it")
     source = explain.add_mutually_exclusive_group()
@@ -585,6 +610,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_reach_options(explain)
     add_security_options(explain)
     explain.set_defaults(run=_explain)
+
+
+def _dashboard_command(commands: argparse._SubParsersAction) -> None:
+    from schemas.topics import DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
+    from streams.kafka.options import add_connection_options
+    from streams.argtypes import duration
 
     dashboard = add_command(
         commands,
@@ -633,6 +664,30 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--config", help="config the timelines are recomputed with; default $LOOPWARDEN_CONFIG")
     dashboard.add_argument("--policy", help=POLICY_HELP)
     dashboard.set_defaults(run=_dashboard)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopwarden", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from streams.tools.tenants import add_tenants_command
+
+    for add in (
+        _replay_command,
+        _incidents_command,
+        _worker_command,
+        _fleet_command,
+        _topics_command,
+        _produce_command,
+        _tail_command,
+        _up_command,
+        _broker_command,
+        add_tenants_command,
+        _audit_command,
+        _explain_command,
+        _dashboard_command,
+    ):
+        add(commands)
     return parser
 
 

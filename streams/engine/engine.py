@@ -38,11 +38,12 @@ from schemas.verdicts import (
     TOOL_CALL_BUDGET,
     Decision,
     DetectorName,
+    Level,
     ShadowDecision,
     Verdict,
 )
 from streams.engine import guard
-from streams.engine.detectors import Detection, detect
+from streams.engine.detectors import Detection, detect, measure
 from streams.engine.hashing import (
     POLL_KINDS,
     VETO_OUTCOME,
@@ -53,35 +54,42 @@ from streams.engine.hashing import (
     result_outcome,
     unknown_tool_name,
 )
+from streams.engine.trace import Rule, Trace, threshold
 from streams.engine.warnings import should_deliver
 
 
 class Outcome(Struct, gc=False):
     """What one event did: the run's new state, its verdicts (zero or one), the
     guard's window size when this event armed it (for the operator log), and
-    whether it was a duplicate (for the counters)."""
+    whether it was a duplicate (for the counters); with `trace=True`, the
+    decision path."""
 
     state: RunState | None
     verdicts: list[Verdict]
     armed: int = 0
     duplicate: bool = False
+    trace: Trace | None = None
 
 
-def apply(state: RunState | None, event: Event, config: FleetConfig, policy: FleetPolicy | None = None) -> Outcome:
+def apply(
+    state: RunState | None, event: Event, config: FleetConfig, policy: FleetPolicy | None = None, trace: bool = False
+) -> Outcome:
     """Apply one event to its run's state (None for a run never seen), under
     the policy file's settings for the run's agent (None: no policy file).
 
     A duplicate (seq not above the last processed) changes nothing. Hashing
     runs before any change, so an event whose payload cannot be hashed raises
-    and leaves the state as it was.
+    and leaves the state as it was. `trace` returns the decision path too
+    (`streams.engine.trace`), for `loopwarden explain`.
     """
     if state is None:
         state = RunState()
+    path = Trace(agent_id=state.agent_id, aborted=state.aborted is not None) if trace else None
     seq = event.seq
     if seq <= state.last_seq:
-        return Outcome(state, [], duplicate=True)
+        return Outcome(state, [], 0, True, path)
     if isinstance(event, RunEnd):
-        return Outcome(RunState(last_seq=seq), [])
+        return Outcome(RunState(last_seq=seq), [], 0, False, path)
     agent_id = state.agent_id
     if agent_id is None and not isinstance(event, ToolResult) and event.agent_id:
         agent_id = event.agent_id
@@ -89,18 +97,22 @@ def apply(state: RunState | None, event: Event, config: FleetConfig, policy: Fle
     pol = None if policy is None else policy.for_agent(agent_id)
     armed = 0
     verdicts: list[Verdict] = []
+    if path is not None:
+        path.agent_id = agent_id
     if isinstance(event, ToolCall):
-        verdicts.append(_stamp(_on_call(state, event, cfg, pol), agent_id, event.ts))
+        verdicts.append(_stamp(_on_call(state, event, cfg, pol, path), agent_id, event.ts))
     elif isinstance(event, ToolResult):
-        verdict = _on_result(state, event, cfg, pol is not None and pol.shadow)
+        verdict = _on_result(state, event, cfg, pol is not None and pol.shadow, path)
         if verdict is not None:
             verdicts.append(_stamp(verdict, agent_id, event.ts))
     else:
         if state.aborted is None:
             armed = guard.arm(state, cfg)
+        if path is not None:
+            path.armed = armed
     state.agent_id = agent_id
     state.last_seq = seq
-    return Outcome(state, verdicts, armed)
+    return Outcome(state, verdicts, armed, False, path)
 
 
 def _stamp(verdict: Verdict, agent_id: str | None, ts: float | str | None) -> Verdict:
@@ -171,26 +183,64 @@ def _keep_unfinished(unfinished: dict[str, Record], call_id: str, record: Record
         del unfinished[next(iter(unfinished))]
 
 
-def _on_call(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy | None) -> Verdict:
+def _on_call(
+    state: RunState, event: ToolCall, cfg: LoopDetectionConfig, pol: Policy | None, trace: Trace | None
+) -> Verdict:
     """Policy spec §2 in order: an aborted run, the budget, the detectors (with
     the turn rule and the latches), recovery, escalation. Without a policy
     file, recovery alone applies: it is on by default."""
+    if trace is not None:
+        _trace_call(trace, state, event)
     if state.aborted is not None:
-        return _abort_verdict(event, state.aborted)
+        verdict = _abort_verdict(event, state.aborted)
+        if trace is not None:
+            trace.add("aborted", verdict)
+        return verdict
     if pol is None:
-        verdict = _detect(state, event, cfg, False)
-        return _recover(state, event, verdict, False) if verdict.decision == "block" else verdict
+        verdict = _detect(state, event, cfg, False, trace)
+        return _recover(state, event, verdict, False, trace) if verdict.decision == "block" else verdict
     state.tool_calls += 1
     if state.tool_calls == pol.max_tool_calls + 1 and pol.max_tool_calls:
-        return _over_budget(state, event, cfg, pol)
-    verdict = _detect(state, event, cfg, pol.shadow)
+        verdict = _over_budget(state, event, cfg, pol)
+        if trace is not None:
+            trace.add("budget", verdict, pol.max_tool_calls)
+        return verdict
+    verdict = _detect(state, event, cfg, pol.shadow, trace)
     blocked = verdict.decision == "block" or verdict.shadow_decision == "block"
     if blocked and pol.recovery:
-        verdict = _recover(state, event, verdict, pol.shadow)
-    return _escalate(state, event, verdict, pol, blocked) if pol.escalation else verdict
+        verdict = _recover(state, event, verdict, pol.shadow, trace)
+    if not pol.escalation:
+        return verdict
+    verdict = _escalate(state, event, verdict, pol, blocked)
+    if trace is not None:  # counted against blockedCalls: the blocked calls it remembers (cleared by a shadow abort)
+        blocked_calls = verdict.count if verdict.detector == BLOCKS_IGNORED else state.escalation.count(True)
+        trace.add("escalation", verdict, pol.blocked_calls, count=blocked_calls)
+    return verdict
 
 
-def _recover(state: RunState, event: ToolCall, verdict: Verdict, shadow: bool) -> Verdict:
+def _trace_call(trace: Trace, state: RunState, event: ToolCall) -> None:
+    """What the detectors measure for this call, on the history as they see it
+    (with its turn's open calls as vetoes), before any rule decides it."""
+    signature = call_signature(event)
+    kind = classify(event.tool_name, event.args)
+    turn = call_turn(event)
+    history = state.history
+    view = history if turn is None else projected(history, turn)
+    trace.args_hash, trace.kind, trace.turn = signature, kind, turn
+    trace.pending = sum(1 for seen, real in zip(view, history, strict=True) if seen is not real)
+    trace.measures = measure(view, event.tool_name, signature, kind in POLL_KINDS)
+
+
+def _recover(state: RunState, event: ToolCall, verdict: Verdict, shadow: bool, trace: Trace | None) -> Verdict:
+    if trace is not None:
+        trace.first_blocked_turn = state.first_blocked_turn
+    verdict = _recovery(state, event, verdict, shadow)
+    if trace is not None:
+        trace.add("recovery", verdict)
+    return verdict
+
+
+def _recovery(state: RunState, event: ToolCall, verdict: Verdict, shadow: bool) -> Verdict:
     """Spec §8.3: a block in another turn than the run's first blocked one
     means the loop came back after its block, and the run ends. In shadow
     mode that is reported once, and this call's turn becomes the first."""
@@ -263,7 +313,7 @@ def _escalate(state: RunState, event: ToolCall, verdict: Verdict, pol: Policy, b
     return _abort_verdict(event, abort)
 
 
-def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: bool) -> Verdict:
+def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: bool, trace: Trace | None) -> Verdict:
     """The rolling detectors (spec §4, §7), then the turn rule and the latches
     (§8.1, §8.2) for a call they would allow or warn. In shadow mode a
     would-be block is recorded as the allowed call it is, since the gateway
@@ -282,20 +332,26 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
         block = Block(tool, found.detector, found.count, found.warning_key, found.paired_tool_name)
         message = found.message
         _latch(state, block, signature, history)
+        rule: Rule = "detectors"
     else:
         # Latches and blocked turns exist only in runs that had a block: most calls skip both.
         standing = standing_block(state, turn, tool, signature) if state.latches or state.blocked_turns else None
         if standing is None:
             _record(state, seen, _call_record(event, tool, signature, kind), cfg.history_size)
             if found is None:  # the common case, answered at once
-                return Verdict(
+                verdict = Verdict(
                     run_id=event.run_id,
                     seq=event.seq,
                     tool_call_id=event.tool_call_id,
                     tool_name=tool,
                     decision="allow",
                 )
-            return _warning(state, event, found, shadow)
+            else:
+                verdict = _warning(state, event, found, shadow)
+            if trace is not None:
+                trace.add("detectors", verdict, None if found is None else threshold(found, cfg))
+            return verdict
+        rule = "turn" if turn is not None and turn in state.blocked_turns else "latch"
         block, message = standing
     # Blocked: by the detectors, by the turn rule, or by a latch.
     if turn is not None:
@@ -310,20 +366,10 @@ def _detect(state: RunState, event: ToolCall, cfg: LoopDetectionConfig, shadow: 
         # trying a blocked call reaches the circuit breaker (spec §7.1).
         record = Record(tool, signature, event.tool_call_id, kind, flags=VETO)
     _record(state, seen, record, cfg.history_size)
-    return Verdict(
-        run_id=event.run_id,
-        seq=event.seq,
-        tool_call_id=event.tool_call_id,
-        tool_name=tool,
-        decision=decision,
-        level="critical",
-        detector=block.detector,
-        count=block.count,
-        message=message,
-        warning_key=block.warning_key,
-        paired_tool_name=block.paired_tool_name,
-        shadow_decision=shadow_decision,
-    )
+    verdict = _loop_verdict(event, decision, shadow_decision, "critical", block, message)
+    if trace is not None:
+        trace.add(rule, verdict, threshold(found, cfg) if rule == "detectors" and found else None, block.tool)
+    return verdict
 
 
 def _warning(state: RunState, event: ToolCall, found: Detection, shadow: bool) -> Verdict:
@@ -332,18 +378,31 @@ def _warning(state: RunState, event: ToolCall, found: Detection, shadow: bool) -
     shadow_decision: ShadowDecision | None = None
     if shadow and decision == "warn":
         decision, shadow_decision = "allow", "warn"
+    loop = Block(event.tool_name, found.detector, found.count, found.warning_key, found.paired_tool_name)
+    return _loop_verdict(event, decision, shadow_decision, found.level, loop, found.message)
+
+
+def _loop_verdict(
+    event: ToolCall,
+    decision: Decision,
+    shadow_decision: ShadowDecision | None,
+    level: Level,
+    loop: Block,
+    message: str,
+) -> Verdict:
+    """A verdict on a loop: the detectors' warning or block, or a block that stands for this call."""
     return Verdict(
         run_id=event.run_id,
         seq=event.seq,
         tool_call_id=event.tool_call_id,
         tool_name=event.tool_name,
         decision=decision,
-        level=found.level,
-        detector=found.detector,
-        count=found.count,
-        message=found.message,
-        warning_key=found.warning_key,
-        paired_tool_name=found.paired_tool_name,
+        level=level,
+        detector=loop.detector,
+        count=loop.count,
+        message=message,
+        warning_key=loop.warning_key,
+        paired_tool_name=loop.paired_tool_name,
         shadow_decision=shadow_decision,
     )
 
@@ -492,13 +551,23 @@ def _flags(facts: ResultHashes) -> int:
     return flags
 
 
-def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig, shadow: bool) -> Verdict | None:
+def _on_result(
+    state: RunState, event: ToolResult, cfg: LoopDetectionConfig, shadow: bool, trace: Trace | None
+) -> Verdict | None:
     if state.aborted is not None:
+        if trace is not None:  # ignored, but shown with what it reported
+            signature = result_signature(event)
+            record, late = open_call(state, event, signature)
+            _trace_result(
+                trace, signature, record, late, result_facts(event, result_kind(record, event.tool_name, event.args))
+            )
         return None
     tool = event.tool_name
     signature = result_signature(event)
     record, late = open_call(state, event, signature)
     facts = result_facts(event, result_kind(record, tool, event.args))
+    if trace is not None:
+        _trace_result(trace, signature, record, late, facts)
     result_hash = facts.result_hash
     vetoed = record is not None and bool(record.flags & VETO)
     if result_hash is None and (facts.outcome_kind != "veto" or vetoed):
@@ -517,6 +586,8 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig, sha
         and not record.flags & BLOCKED_RAN
     ):
         # A call that was allowed ran to an outcome: the model did something else (spec §8.2).
+        if trace is not None:
+            trace.latches_released = len(state.latches)
         state.latches = []
     append = late or record is None or vetoed
     if record is None:
@@ -543,6 +614,18 @@ def _on_result(state: RunState, event: ToolResult, cfg: LoopDetectionConfig, sha
     if shadow:  # reported once: the guard stands down until the next compaction
         state.guard_remaining = 0
         state.guard_window = []
-        return _abort_verdict(event, abort, True)
-    state.aborted = abort
-    return _abort_verdict(event, abort)
+    else:
+        state.aborted = abort
+    verdict = _abort_verdict(event, abort, shadow)
+    if trace is not None:
+        trace.add("guard", verdict, cfg.window_size)
+    return verdict
+
+
+def _trace_result(trace: Trace, signature: str | None, record: Record | None, late: bool, facts: ResultHashes) -> None:
+    trace.facts = facts
+    trace.args_hash = signature or (record.args_hash if record is not None else None)
+    if record is None:
+        trace.call = "none"
+    else:
+        trace.call = "vetoed" if record.flags & VETO else "late" if late else "open"

@@ -56,12 +56,14 @@ def apply_safely(
     config: FleetConfig,
     policy: FleetPolicy | None = None,
     max_jump: int | None = None,
+    trace: bool = False,
 ) -> Outcome:
     """`apply`, with two refusals as ``BadEvent``: an event whose payload
     cannot be hashed (kind ``unhashable``, naming the field), and one whose
     seq is more than ``max_jump`` (default: `max_seq_jump`, read once per
     process) above the last seq of a run that has one (kind ``seq_jump``).
-    A run never seen has no last seq, so its first event may carry any seq."""
+    A run never seen has no last seq, so its first event may carry any seq.
+    `trace` is `apply`'s: the decision path comes back with the outcome."""
     if state is not None and state.last_seq >= 0:
         jump = event.seq - state.last_seq
         limit = _process_max_seq_jump() if max_jump is None else max_jump
@@ -72,7 +74,7 @@ def apply_safely(
                 f"(limit {limit}, {MAX_SEQ_JUMP_ENV})",
             )
     try:
-        return apply(state, event, config, policy)
+        return apply(state, event, config, policy, trace)
     except HASH_ERRORS as exc:
         field = unhashable_field(event)
         if field is None:

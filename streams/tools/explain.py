@@ -11,10 +11,9 @@ from a JSON-lines file (`--events`) or from the events topic (`--bootstrap`); fr
 the verdicts that were really published are shown next to the recomputed
 ones.
 
-The measurements are the engine's own (`streams.engine.detectors.measure`,
-which calls the functions `detect` calls), taken on the engine's own state
-just before `apply`, so they are exactly what the detectors saw.
-"""
+All of it is the engine's own trace of each event (`apply(..., trace=True)`,
+`streams.engine.trace`): what it measured and the rules it applied, in
+order, as it decided. This module renders it and reconstructs nothing."""
 
 from __future__ import annotations
 
@@ -29,8 +28,9 @@ from typing import Any, TextIO
 
 import msgspec
 
+from schemas.codec import BadEvent, decode_event, decode_verdict
 from schemas.config import FleetConfig, LoopDetectionConfig
-from schemas.events import Compaction, RunEnd, ToolCall, ToolResult
+from schemas.events import Compaction, ToolCall, ToolResult
 from schemas.policy import FleetPolicy, Policy
 from schemas.state import (
     KIND_COMMAND_STATUS,
@@ -38,25 +38,14 @@ from schemas.state import (
     KIND_PROCESS_LOG,
     KIND_PROCESS_POLL,
     KIND_VOLATILE_SEND,
-    VETO,
     RunState,
 )
 from schemas.verdicts import Verdict
-from schemas.codec import BadEvent, decode_event, decode_verdict
-from streams.engine.detectors import Measures, detect, measure
-from streams.engine.engine import (
-    call_signature,
-    call_turn,
-    open_call,
-    projected,
-    result_facts,
-    result_kind,
-    result_signature,
-    standing_block,
-)
-from streams.engine.hashing import POLL_KINDS, classify
-from streams.engine.warnings import BUCKET_SIZE
 from streams.engine.entry import apply_safely
+from streams.engine.detectors import Measures
+from streams.engine.trace import Step as TraceStep
+from streams.engine.trace import Trace
+from streams.engine.warnings import BUCKET_SIZE
 from streams.kafka.clients import PLAINTEXT, KafkaSecurity
 
 KIND_NAMES = {
@@ -115,6 +104,7 @@ class Step:
     """Open calls of this call's turn, counted as vetoes when it was decided (spec §8.1)."""
     latches: list[str] | None = None
     """The warning keys of the run's latches after this event (spec §8.2)."""
+    trace: Trace | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -138,6 +128,7 @@ class Step:
             "pending": self.pending,
             "latches": self.latches,
             "note": self.note or None,
+            "rules": msgspec.to_builtins(self.trace.steps) if self.trace else [],
             "verdict": msgspec.to_builtins(self.verdict) if self.verdict else None,
         }
         if self.published is not None:
@@ -167,7 +158,8 @@ def _guard_text(state: RunState, cfg: LoopDetectionConfig) -> str:
 def explain(
     items: Iterable[tuple[str, bytes]], run_id: str, config: FleetConfig, policy: FleetPolicy | None = None
 ) -> tuple[list[Step], list[str]]:
-    """Steps of one run from (source, raw event) pairs; also the refusals."""
+    """Steps of one run from (source, raw event) pairs; also the refusals.
+    Each step renders the engine's trace of its event (`apply(..., trace=True)`)."""
     state: RunState | None = None
     steps: list[Step] = []
     refused: list[str] = []
@@ -179,93 +171,44 @@ def explain(
             continue
         if event.run_id != run_id:
             continue
-        current = state or RunState()
-        agent_id = current.agent_id
-        if agent_id is None and isinstance(event, (ToolCall, Compaction)) and event.agent_id:
-            agent_id = event.agent_id
-        cfg = config.for_agent(agent_id)
-        step = Step(source, event.seq, type(event).__struct_config__.tag, run_id, agent_id=agent_id, config=cfg)
-        step.policy = None if policy is None else policy.for_agent(agent_id)
-        if isinstance(event, (ToolCall, ToolResult)):
-            step.tool = event.tool_name
-            step.call_id = event.tool_call_id
-        duplicate = event.seq <= current.last_seq
-        latched = len(current.latches)
-        current_aborted = current.aborted is not None
-        first_blocked_turn = current.first_blocked_turn
-        why_blocked = ""
-        if isinstance(event, ToolCall) and not duplicate:
-            signature = call_signature(event)
-            kind = classify(event.tool_name, event.args)
-            step.args_hash = signature
-            step.kind = KIND_NAMES.get(kind, "")
-            step.turn = call_turn(event)
-            view = current.history if step.turn is None else projected(current.history, step.turn)
-            step.pending = sum(1 for seen, real in zip(view, current.history, strict=True) if seen is not real)
-            step.measures = measure(view, event.tool_name, signature, kind in POLL_KINDS)
-            why_blocked = _why_blocked(current, event, view, signature, kind in POLL_KINDS, cfg)
-        elif isinstance(event, ToolResult) and not duplicate:
-            signature = result_signature(event)
-            record, late = open_call(current, event, signature)
-            try:
-                facts = result_facts(event, result_kind(record, event.tool_name, event.args))
-            except (RecursionError, ValueError, TypeError):
-                facts = None  # apply_safely below refuses it with the reason
-            if facts is not None:
-                step.result_hash, step.unknown_tool = facts.result_hash, facts.unknown_tool_name
-                errored = (facts.result_hash or "").startswith("error:")  # err: says it already
-                step.outcome = _outcome_text(facts.outcome_kind, facts.no_progress and not errored)
-            step.args_hash = signature or (record.args_hash if record else None)
-            vetoed = record is not None and bool(record.flags & VETO)
-            if current.aborted is not None:
-                step.note = "run already aborted: result ignored"
-            elif facts is not None and facts.outcome_kind == "veto":
-                step.note = (
-                    "veto result for a call already vetoed (blocked here): changes nothing"
-                    if vetoed
-                    else "veto result: its call is recorded as a veto record"
-                    if record is not None
-                    else "veto result with no open call: appended as a veto record"
-                )
-            elif step.result_hash is None:
-                step.note = "no result hash (no outcome): not progress"
-            elif record is None:
-                step.note = "no open call with this id: appended as a new record"
-            elif vetoed:
-                step.note = "result for a vetoed call: appended as a new record of that call"
-            elif late:
-                step.note = "its call had left the history unfinished: appended with the call's args hash"
         try:
-            outcome = apply_safely(state, event, config, policy)
+            outcome = apply_safely(state, event, config, policy, trace=True)
         except BadEvent as exc:
             refused.append(f"{source}: {exc}")
             continue
-        state = outcome.state
+        trace, state = outcome.trace, outcome.state
+        assert trace is not None and state is not None  # asked for; apply always returns a state
+        cfg = config.for_agent(trace.agent_id)
+        step = Step(source, event.seq, type(event).__struct_config__.tag, run_id, agent_id=trace.agent_id, config=cfg)
+        step.policy = None if policy is None else policy.for_agent(trace.agent_id)
+        step.trace = trace
+        step.verdict = outcome.verdicts[0] if outcome.verdicts else None
+        step.args_hash = trace.args_hash
+        if isinstance(event, (ToolCall, ToolResult)):
+            step.tool = event.tool_name
+            step.call_id = event.tool_call_id
+        if isinstance(event, ToolCall):
+            step.kind = KIND_NAMES.get(trace.kind, "")
+            step.turn, step.pending, step.measures = trace.turn, trace.pending, trace.measures
+        elif trace.facts is not None:
+            facts = trace.facts
+            step.result_hash, step.unknown_tool = facts.result_hash, facts.unknown_tool_name
+            errored = (facts.result_hash or "").startswith("error:")  # err: says it already
+            step.outcome = _outcome_text(facts.outcome_kind, facts.no_progress and not errored)
         if outcome.duplicate:
-            step.note = f"duplicate: seq {event.seq} is not above {current.last_seq}; ignored"
+            step.note = f"duplicate: seq {event.seq} is not above {state.last_seq}; ignored"
+        elif isinstance(event, ToolCall):
+            step.note = _call_note(trace)
+        elif isinstance(event, ToolResult):
+            step.note = _result_note(trace)
         elif isinstance(event, Compaction):
             step.note = (
-                f"post-compaction guard armed for {outcome.armed} attempts"
-                if outcome.armed
-                else ("run already aborted" if state.aborted is not None else "guard disabled (enabled: false)")
+                f"post-compaction guard armed for {trace.armed} attempts"
+                if trace.armed
+                else ("run already aborted" if trace.aborted else "guard disabled (enabled: false)")
             )
-        elif isinstance(event, RunEnd):
+        else:
             step.note = "run ended: history and guard freed"
-        step.verdict = outcome.verdicts[0] if outcome.verdicts else None
-        if isinstance(event, ToolCall) and current_aborted and not outcome.duplicate:
-            step.note = "run already aborted: answered with its abort"
-        elif step.verdict is not None and step.verdict.decision == "block":
-            step.note = f"{why_blocked}; recorded as a veto record (adds to this call's no-progress streak)"
-        elif step.verdict is not None and _recovered(step.verdict):
-            first = "a call without a turn" if not first_blocked_turn else f"turn {first_blocked_turn}"
-            step.note = (
-                f"{why_blocked}, and the run's first block was in {first}: the loop came back after its block, "
-                "so recovery ends the run (loop_recovery_exhausted)"
-            )
-        elif step.verdict is not None and step.verdict.shadow_decision == "block":
-            step.note = f"{why_blocked} (shadow: it runs)"
-        if latched and not state.latches and isinstance(event, ToolResult):
-            step.note = f"a call that was allowed ran: {latched} latch{'es' * (latched > 1)} released"
         step.latches = [latch.block.warning_key or "" for latch in state.latches]
         step.guard = _guard_text(state, cfg)
         step.history = len(state.history)
@@ -276,34 +219,67 @@ def explain(
     return steps, refused
 
 
+def _call_note(trace: Trace) -> str:
+    """Why a call was answered as it was, from the rules its trace went through."""
+    last = trace.steps[-1]
+    if last.rule == "aborted":
+        return "run already aborted: answered with its abort"
+    decided = trace.decided_by
+    why = "" if decided is None else _why_blocked(decided, trace.turn)
+    if last.decision == "block":
+        return f"{why}; recorded as a veto record (adds to this call's no-progress streak)"
+    recovery = next((s for s in trace.steps if s.rule == "recovery"), None)
+    if recovery is not None and "abort" in (recovery.decision, recovery.shadow_decision):
+        first = trace.first_blocked_turn
+        where = f"turn {first}" if first else "a call without a turn"
+        return (
+            f"{why}, and the run's first block was in {where}: the loop came back after its block, "
+            "so recovery ends the run (loop_recovery_exhausted)"
+        )
+    if last.shadow_decision == "block":
+        return f"{why} (shadow: it runs)"
+    return ""
+
+
+def _why_blocked(decided: TraceStep, turn: str | None) -> str:
+    """Which rule blocked a call: the detectors (which then latch the loop),
+    the first block of its turn, or the newest latch that covers it."""
+    if decided.rule == "turn":
+        return f"blocked by the turn rule: turn {turn} already had a block ({decided.tool}, {decided.detector})"
+    if decided.rule == "latch":
+        key = shorten_key(decided.warning_key or "")
+        return f"blocked by a latch: {decided.detector} on {decided.tool} (key {key})"
+    if "block" in (decided.decision, decided.shadow_decision):
+        return f"blocked by the detectors ({decided.detector}): the loop is latched until a call that was allowed runs"
+    return ""
+
+
+def _result_note(trace: Trace) -> str:
+    """What a result did to the record of its call, and the latches it released."""
+    if trace.latches_released:
+        n = trace.latches_released
+        return f"a call that was allowed ran: {n} latch{'es' * (n > 1)} released"
+    facts = trace.facts
+    if trace.aborted:
+        return "run already aborted: result ignored"
+    if facts is not None and facts.outcome_kind == "veto":
+        if trace.call == "vetoed":
+            return "veto result for a call already vetoed (blocked here): changes nothing"
+        if trace.call == "none":
+            return "veto result with no open call: appended as a veto record"
+        return "veto result: its call is recorded as a veto record"
+    if facts is None or facts.result_hash is None:
+        return "no result hash (no outcome): not progress"
+    return {
+        "none": "no open call with this id: appended as a new record",
+        "vetoed": "result for a vetoed call: appended as a new record of that call",
+        "late": "its call had left the history unfinished: appended with the call's args hash",
+    }.get(trace.call or "", "")
+
+
 # --------------------------------------------------------------------------
 # Sources
 # --------------------------------------------------------------------------
-
-
-def _why_blocked(
-    state: RunState, event: ToolCall, view: list[Any], signature: str, is_poll: bool, cfg: LoopDetectionConfig
-) -> str:
-    """Which rule would block this call, asked of the engine's own functions
-    before it is applied: the detectors (which then latch the loop), the
-    first block of its turn, or the newest latch that covers it."""
-    found = detect(view, event.tool_name, signature, is_poll, cfg, {r.args_hash for r in view}) if cfg.rolling else None
-    if found is not None and found.level == "critical":
-        return f"blocked by the detectors ({found.detector}): the loop is latched until a call that was allowed runs"
-    turn = call_turn(event)
-    standing = standing_block(state, turn, event.tool_name, signature)
-    if standing is None:
-        return ""
-    block = standing[0]
-    if turn is not None and turn in state.blocked_turns:
-        return f"blocked by the turn rule: turn {turn} already had a block ({block.tool}, {block.detector})"
-    return f"blocked by a latch: {block.detector} on {block.tool} (key {shorten_key(block.warning_key or '')})"
-
-
-def _recovered(verdict: Verdict) -> bool:
-    """A recovery's abort, or in shadow mode its report: the loop's detector, not a policy's."""
-    would_end = verdict.decision == "abort" or verdict.shadow_decision == "abort"
-    return would_end and verdict.detector not in ("compaction_loop_persisted", "tool_call_budget", "blocks_ignored")
 
 
 def events_from_file(path: str) -> Iterable[tuple[str, bytes]]:

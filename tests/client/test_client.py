@@ -225,7 +225,7 @@ def test_broker_unreachable_falls_back_fast():
     dead = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     client = GuardClient(dead, timeout=0.5, policy="fail_closed", start_timeout=0.5).start()
-    reader = client._thread
+    reader = client._reader.thread
     try:
         verdict = client.check(client.tool_call("r1", "exec", {"command": "ls"}))
         assert verdict.decision == "block" and verdict.fallback == "fail_closed"

@@ -16,7 +16,7 @@ CALL = b'{"type":"tool_call","run_id":"r","seq":1,"tool_call_id":"c","tool_name"
 
 
 def test_an_engine_bug_is_not_reported_as_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(state, event, config, policy=None):  # type: ignore[no-untyped-def]
+    def broken(state, event, config, policy=None, trace=False):  # type: ignore[no-untyped-def]
         raise ValueError("engine bug")
 
     monkeypatch.setattr(streams.engine.entry, "apply", broken)

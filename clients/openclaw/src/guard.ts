@@ -17,6 +17,7 @@
 import { createHash, randomUUID } from "node:crypto";
 
 import type { Settings } from "./config.js";
+import type { Event, EventBody, ToolCallBody, ToolCallEvent, ToolResultBody, ToolResultEvent } from "./events.js";
 import { argsHash, classify, minimalArgs, resultOutcome, toWire, type Json } from "./hashing.js";
 import type { Log } from "./bus.js";
 
@@ -167,11 +168,11 @@ export class Guard {
     return run;
   }
 
-  private send(runId: string, run: Run, body: Record<string, unknown>): { seq: number; sent: Promise<void> } {
+  private send(runId: string, run: Run, body: EventBody): { seq: number; sent: Promise<void> } {
     const seq = run.nextSeq++;
-    const event: Record<string, unknown> = { ...body, run_id: runId, seq, ts: nowSeconds() };
+    const event: Event = { ...body, run_id: runId, seq, ts: nowSeconds() };
     const partition = this.bus.replyPartition;
-    if (partition !== undefined && (body.type === "tool_call" || body.type === "tool_result")) event.reply_partition = partition;
+    if (partition !== undefined && (event.type === "tool_call" || event.type === "tool_result")) event.reply_partition = partition;
     run.published = true;
     const sent = run.tail.then(() => this.bus.publish(runId, event));
     run.tail = sent.catch(() => undefined);
@@ -179,7 +180,7 @@ export class Guard {
   }
 
   /** Publish an event nobody waits on; a failure is logged, the gateway carries on. */
-  private notify(runId: string, run: Run, body: Record<string, unknown>): void {
+  private notify(runId: string, run: Run, body: EventBody): void {
     this.send(runId, run, body).sent.catch((error: Error) =>
       this.log.warn(`loopwarden: ${body.type} for run=${runId} not published: ${error.message}`),
     );
@@ -285,8 +286,13 @@ export class Guard {
         if (done) return; // answered by the policy already: nothing to wait for
         run.compactionArmed = false;
         calls.forEach(([id, call], index) => {
-          const body: Record<string, unknown> = { type: "tool_call", tool_call_id: id, tool_name: call.toolName, turn: turn.id };
-          Object.assign(body, this.argsFields(call.toolName, call.args));
+          const body: ToolCallBody = {
+            type: "tool_call",
+            tool_call_id: id,
+            tool_name: call.toolName,
+            turn: turn.id,
+            ...this.argsFields(call.toolName, call.args),
+          };
           if (ctx.agentId) body.agent_id = ctx.agentId;
           if (ctx.sessionKey) body.session_key = ctx.sessionKey;
           const { seq, sent } = this.send(runId, run, body);
@@ -365,8 +371,12 @@ export class Guard {
   private report(runId: string, run: Run, toolCallId: string, call: Call, result: unknown, error: string | undefined): void {
     if (call.seq < 0 || call.reported) return;
     call.reported = true;
-    const body: Record<string, unknown> = { type: "tool_result", tool_call_id: toolCallId, tool_name: call.toolName };
-    Object.assign(body, this.argsFields(call.toolName, call.args));
+    const body: ToolResultBody = {
+      type: "tool_result",
+      tool_call_id: toolCallId,
+      tool_name: call.toolName,
+      ...this.argsFields(call.toolName, call.args),
+    };
     const veto = call.vetoed ?? run.aborted?.message;
     if (veto !== undefined) {
       // The gateway reports a veto (or a call cut short by the run's abort) as
@@ -435,15 +445,15 @@ export class Guard {
     return this.turns.get(sessionKey ?? "")?.byCall.get(toolCallId) ?? this.turns.get("")?.byCall.get(toolCallId);
   }
 
-  private argsFields(toolName: string, args: unknown): Record<string, unknown> {
-    if (!this.settings.localHashing) return args === undefined ? {} : { args };
+  private argsFields(toolName: string, args: unknown): Pick<ToolCallEvent, "args" | "args_hash"> {
+    if (!this.settings.localHashing) return args === undefined ? {} : { args: args as Json };
     const wire = toWire(args);
     const small = minimalArgs(toolName, wire);
     return { args_hash: argsHash(toolName, wire), ...(small === undefined ? {} : { args: small }) };
   }
 
-  private outcomeFields(call: Call, result: unknown, error: string | undefined): Record<string, unknown> {
-    if (!this.settings.localHashing) return error !== undefined ? { error } : result === undefined ? {} : { result };
+  private outcomeFields(call: Call, result: unknown, error: string | undefined): Partial<ToolResultEvent> {
+    if (!this.settings.localHashing) return error !== undefined ? { error } : result === undefined ? {} : { result: result as Json };
     const args = toWire(call.args);
     return { ...resultOutcome(call.toolName, classify(call.toolName, args), toWire(result), toWire(error)) };
   }
