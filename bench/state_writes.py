@@ -26,6 +26,7 @@ import faust
 from rocksdict import WriteOptions
 
 from streams import kafka_clients
+from streams.worker.seams.faust import partition_db
 from streams.worker.store import UNLOGGED
 
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         datadir=tempfile.mkdtemp(prefix="lw-sw-"),
     )
     store = app.Table("runs", partitions=1).data
-    db = store._db_for_partition(0)
+    db = partition_db(store, 0)
     items = [(b"run-%06d" % i, os.urandom(args.state_bytes)) for i in range(args.states * 8)]
     # Both sides are the worker's own write; only the database's write options differ.
     sides = {"unlogged (worker)": UNLOGGED, "logged (RocksDB default)": WriteOptions()}

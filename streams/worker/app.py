@@ -23,7 +23,6 @@ import threading
 from typing import Any
 
 import faust
-from faust.worker import Worker as FaustWorker
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
@@ -35,6 +34,7 @@ from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
 from streams.worker.settings import EXACTLY_ONCE, Settings, format_duration
 from streams.worker import transport
+from streams.worker.seams import faust as faust_seams
 from streams.worker.store import STORE_URL
 from streams.worker.tenants import Found, TenantWatch, discover
 from streams.tools.secure import private_dir
@@ -265,7 +265,7 @@ def log_rebalances(app: faust.App, logger: logging.Logger, topic: str) -> None:
         say("tables recovered; taking events", "ready")
 
 
-class Worker(FaustWorker):
+class Worker(faust_seams.Worker):
     """Faust's worker (its log lines keep the name), with two changes to how a
     signal (SIGTERM, SIGINT) stops it. Neither can lose an event: one is
     acknowledged only once its verdict is delivered.
@@ -281,10 +281,6 @@ class Worker(FaustWorker):
       process (status 1, one `stop_overdue` error line), before the
       supervisor's grace period does and as its SIGKILL would. Seen, rarely,
       when the signal lands while the consumer is joining its group.
-
-    Faust's worker has no public hook for a stop signal: both its SIGTERM and
-    SIGINT handlers call ``_flag_as_shutdown_by_signal``, overridden here
-    (checked on faust-streaming 0.15.3).
     """
 
     def __init__(self, app: faust.App, *, stop_timeout: float, **kwargs: Any) -> None:
@@ -293,8 +289,7 @@ class Worker(FaustWorker):
         self._watchdog: threading.Timer | None = None
         self.stopped_by_signal = False
 
-    def _flag_as_shutdown_by_signal(self) -> None:
-        super()._flag_as_shutdown_by_signal()
+    def stop_signalled(self) -> None:
         self.stopped_by_signal = True
         if self._watchdog is None:  # a thread: the event loop may be what is stuck
             self._watchdog = threading.Timer(self.stop_timeout, self._stop_overdue)

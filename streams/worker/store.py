@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 import msgspec
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from rocksdict import WriteBatch, WriteOptions
 
@@ -26,6 +25,7 @@ from schemas.codec import decode_stored, encode_stored, touched_at
 from schemas.state import RunState, StoredRun
 from streams.observability import logs
 from streams.observability.metrics import WorkerMetrics
+from streams.worker.seams import faust as faust_seams
 
 if TYPE_CHECKING:
     from streams.worker.checkpoint import Checkpoint, Touched
@@ -48,21 +48,22 @@ WRITES_PER_YIELD = 200
 UNLOGGED = WriteOptions()
 UNLOGGED.disable_wal = True
 
+partition_db = faust_seams.partition_db
+
 Slot = tuple[int, bytes]
 """(partition, run key): where a run's state lives."""
 
 
-class RunStore(RocksDBStore):
+class RunStore(faust_seams.Store):
     """Faust's RocksDB store, read and written by partition.
 
     Faust's store picks a partition's database from the task-local *current
     event*; the worker takes events of many partitions in one task, so each
-    access names its partition. ``_db_for_partition`` is the base class's own
-    way to reach (and, as for its own reads, open) one partition's database;
-    there is no public one (checked on faust-streaming 0.15.3).
+    access names its partition (``partition_db``, the base class's own way to
+    reach and, as for its own reads, open one partition's database).
 
     Every write skips RocksDB's write-ahead log (``UNLOGGED``, set on each
-    database as ``_open_for_partition``, the base class's opener, opens it):
+    database as it is opened):
     the changelog topic is the table's log. Faust's own writes (recovery,
     the persisted changelog offset) skip it too, so after a crash a database
     is as it was at its last flush, states and offset alike, and recovery
@@ -73,13 +74,12 @@ class RunStore(RocksDBStore):
     # mode would otherwise name a subclass's logger after this module.
     logger = logging.getLogger("faust.loopwarden.store")
 
-    def _open_for_partition(self, partition: int) -> Any:
-        db = super()._open_for_partition(partition)
+    def opened(self, db: Any) -> Any:
         db.set_write_options(UNLOGGED)
         return db
 
     def get_in(self, partition: int, key: bytes) -> bytes | None:
-        return self._db_for_partition(partition).get(key)
+        return partition_db(self, partition).get(key)
 
     def write_in(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Put many values in one RocksDB write: one log record for all of
@@ -87,15 +87,15 @@ class RunStore(RocksDBStore):
         batch = WriteBatch(raw_mode=True)  # the store opens its databases in raw mode
         for key, value in items:
             batch.put(key, value)
-        self._db_for_partition(partition).write(batch)
+        partition_db(self, partition).write(batch)
 
     def delete_in(self, partition: int, key: bytes) -> None:
-        self._db_for_partition(partition).delete(key)
+        partition_db(self, partition).delete(key)
 
     def items_in(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of one partition's database, without Faust's offset record."""
         offset_key = self.offset_key
-        return ((k, v) for k, v in self._db_for_partition(partition).items() if k != offset_key)
+        return ((k, v) for k, v in partition_db(self, partition).items() if k != offset_key)
 
 
 class InFlight:

@@ -18,6 +18,7 @@ import faust
 from faust.types import TP
 
 from streams import kafka_clients
+from streams.worker.seams.faust import partition_db
 from streams.worker.store import RunStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)
@@ -44,7 +45,7 @@ def write(datadir: str, end: str) -> None:
     store = open_store(datadir)
     store.write_in(0, [(b"run-a", b"state 1"), (b"run-b", b"state 1")])
     store.set_persisted_offset(CHANGELOG, 10)
-    store._db_for_partition(0).flush()
+    partition_db(store, 0).flush()
     store.write_in(0, [(b"run-a", b"state 2")])
     store.delete_in(0, b"run-b")
     store.set_persisted_offset(CHANGELOG, 12)
