@@ -5,8 +5,8 @@ and without RocksDB's write-ahead log.
 
 Each write puts ``--states`` run states of ``--state-bytes`` (a full
 30-call history is 4,667 bytes) in one WriteBatch into a real run-table
-partition (``RunStore``, the worker's store, on a Faust app with no broker):
-``unlogged`` is ``RunStore.write_in`` as the worker writes (no write-ahead
+partition (``TableStore``, the worker's store, on a Faust app with no broker):
+``unlogged`` is ``TableStore.write_in`` as the worker writes (no write-ahead
 log: the changelog topic is the table's log); ``logged`` is the same call
 with the database's write options set back to RocksDB's defaults. rocksdict holds the GIL for the whole
 write (bench/gil_rocksdict.py), so this is how long the worker's event loop
@@ -27,7 +27,7 @@ from rocksdict import WriteOptions
 
 from streams import kafka_clients
 from streams.worker.seams.faust import partition_db
-from streams.worker.store import UNLOGGED
+from streams.faustapp.table import UNLOGGED
 
 
 def main(argv: list[str] | None = None) -> int:
