@@ -54,7 +54,6 @@ from typing import Any, Protocol, cast
 
 from aiokafka import codec
 from aiokafka.partitioner import DefaultPartitioner, murmur2
-from aiokafka.record.default_records import DefaultRecordBatch
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
@@ -330,11 +329,11 @@ class KeyPartitioner(DefaultPartitioner):
 
 #: Changelog compression: name -> (whether its library is installed, aiokafka's code).
 CODECS: dict[str, tuple[Callable[[], bool], int]] = {
-    "zstd": (codec.has_zstd, DefaultRecordBatch.CODEC_ZSTD),
-    "lz4": (codec.has_lz4, DefaultRecordBatch.CODEC_LZ4),
-    "snappy": (codec.has_snappy, DefaultRecordBatch.CODEC_SNAPPY),
-    "gzip": (codec.has_gzip, DefaultRecordBatch.CODEC_GZIP),
-    "none": (lambda: True, DefaultRecordBatch.CODEC_NONE),
+    "zstd": (codec.has_zstd, aiokafka_seams.CODECS["zstd"]),
+    "lz4": (codec.has_lz4, aiokafka_seams.CODECS["lz4"]),
+    "snappy": (codec.has_snappy, aiokafka_seams.CODECS["snappy"]),
+    "gzip": (codec.has_gzip, aiokafka_seams.CODECS["gzip"]),
+    "none": (lambda: True, aiokafka_seams.CODECS["none"]),
 }
 
 

@@ -5,10 +5,21 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 
 from streams.worker.seams import Seam, attribute, method
 
-__all__ = ["BatchBuilder", "RELIED_ON", "build", "set_fetch_wait"]
+__all__ = ["BatchBuilder", "CODECS", "RELIED_ON", "build", "set_fetch_wait"]
+
+#: The compression codes ``BatchBuilder`` takes, by name: aiokafka maps its
+#: producer's ``compression_type`` names to them only inside the producer.
+CODECS = {
+    "zstd": DefaultRecordBatch.CODEC_ZSTD,
+    "lz4": DefaultRecordBatch.CODEC_LZ4,
+    "snappy": DefaultRecordBatch.CODEC_SNAPPY,
+    "gzip": DefaultRecordBatch.CODEC_GZIP,
+    "none": DefaultRecordBatch.CODEC_NONE,
+}
 
 #: Compress a closed batch now. Otherwise the sender builds it as it makes
 #: the next produce request, which the verdicts then wait in; aiokafka has
@@ -31,6 +42,10 @@ RELIED_ON: tuple[Seam, ...] = (
         "__init__",
         ("self", "batch_size", "compression_type", "is_transactional", "key_serializer", "value_serializer"),
         "a record batch of a size and compression of its own",
+    ),
+    *(
+        attribute(DefaultRecordBatch, f"CODEC_{name.upper()}", "a compression code", on_instance=False)
+        for name in ("zstd", "lz4", "snappy", "gzip", "none")
     ),
     method(BatchBuilder, "_build", ("self",), "compress a batch before the sender does"),
     attribute(AIOKafkaConsumer, "_fetcher", "the fetcher whose request values the fetch hold sets"),
