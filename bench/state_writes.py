@@ -5,8 +5,8 @@ and without RocksDB's write-ahead log.
 
 Each write puts ``--states`` run states of ``--state-bytes`` (a full
 30-call history is 4,667 bytes) in one WriteBatch into a real run-table
-partition (``RunStore``, the worker's store, on a Faust app with no broker):
-``unlogged`` is ``RunStore.write_in`` as the worker writes (no write-ahead
+partition (``TableStore``, the worker's store, on a Faust app with no broker):
+``unlogged`` is ``TableStore.write_in`` as the worker writes (no write-ahead
 log: the changelog topic is the table's log); ``logged`` is the same call
 with the database's write options set back to RocksDB's defaults. rocksdict holds the GIL for the whole
 write (bench/gil_rocksdict.py), so this is how long the worker's event loop
@@ -26,7 +26,8 @@ import faust
 from rocksdict import WriteOptions
 
 from streams.kafka import clients as kafka_clients
-from streams.worker.store import UNLOGGED
+from streams.worker.seams.faust import partition_db
+from streams.faustapp.table import UNLOGGED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         datadir=tempfile.mkdtemp(prefix="lw-sw-"),
     )
     store = app.Table("runs", partitions=1).data
-    db = store._db_for_partition(0)
+    db = partition_db(store, 0)
     items = [(b"run-%06d" % i, os.urandom(args.state_bytes)) for i in range(args.states * 8)]
     # Both sides are the worker's own write; only the database's write options differ.
     sides = {"unlogged (worker)": UNLOGGED, "logged (RocksDB default)": WriteOptions()}

@@ -30,18 +30,17 @@ from typing import Any
 import faust
 import msgspec
 
-from schemas.codec import decode_tally, decode_verdict, encode_incident, encode_tally
-from schemas.incidents import FingerprintTally
+from schemas.codec import decode_verdict, encode_incident
 from schemas.topics import tenant_topics
 from schemas.verdicts import Verdict
 from streams.kafka import clients as kafka_clients
+from streams.faustapp.app import APP_DEFAULTS, Worker, connection_accepted, log_rebalances, web_port_free, web_settings
 from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
+from streams.fleet.tallies import Tallies
 from streams.observability import logs
-from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
-from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
+from streams.observability.metrics import FleetMetrics, install
 from streams.tools.secure import private_dir
-from streams.worker.store import RunStates
 from streams.worker.tenants import Found, TenantWatch, discover_at_start, key_prefix, split_key
 
 log = logging.getLogger("loopwarden.fleet")
@@ -54,24 +53,6 @@ def _verdict(value: bytes, metrics: FleetMetrics) -> Verdict | None:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         metrics.bad_verdicts.inc()
         logs.event(log, logging.WARNING, "not a verdict: skipped", event="bad_verdict", error=str(exc)[:200])
-        return None
-
-
-def _tally(stored: bytes | None, key: str) -> FingerprintTally | None:
-    """The stored tally; None for a fingerprint not seen, or one this version cannot read (counted afresh)."""
-    if stored is None:
-        return None
-    try:
-        return decode_tally(stored)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        logs.event(
-            log,
-            logging.ERROR,
-            "stored tally unreadable; counting the fingerprint afresh",
-            event="tally_unreadable",
-            fingerprint=key[:200],
-            error=str(exc)[:200],
-        )
         return None
 
 
@@ -99,12 +80,15 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
     tenant_of_topic: dict[str, str] = {}
     incidents = app.topic(settings.incidents_topic, key_type=bytes, value_type=bytes)
     regrouped = app.topic(settings.repartition_topic, key_type=bytes, value_type=bytes)
-    table = app.Table(
-        TABLE_NAME,
-        key_type=bytes,
-        value_type=bytes,
-        partitions=settings.partitions,
-        help="per-fingerprint incident tallies (FingerprintTally, msgpack)",
+    tallies = Tallies(
+        app,
+        app.Table(
+            TABLE_NAME,
+            key_type=bytes,
+            value_type=bytes,
+            partitions=settings.partitions,
+            help="per-fingerprint incident tallies (FingerprintTally, msgpack)",
+        ),
     )
 
     async def take(stored_key: bytes, value: bytes) -> None:
@@ -114,7 +98,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
             return
         tenant = split_key(stored_key)[0]
         metrics.verdicts.labels(decision=verdict.decision).inc()
-        tally = _tally(table.get(stored_key), key)
+        tally = tallies.get(stored_key, key)
         counted = count(tally, verdict, key, time.time(), settings.incidents, tenant)
         for incident in counted.incidents:
             delivered = await incidents.send(key=stored_key, value=encode_incident(incident))
@@ -135,7 +119,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
                 detector=incident.detector,
             )
         if counted.tally is not None:
-            table[stored_key] = encode_tally(counted.tally)
+            tallies.put(stored_key, counted.tally)
 
     # The repartition Faust's group_by does (event.forward with the new key),
     # with the filter in front of it: group_by moves a preceding filter behind
@@ -179,13 +163,8 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 
         app.timer(settings.tenant_refresh, name="loopwarden.fleet.tenants")(look_for_tenants)
 
-    # A tally starts with its touched time as a stored run does: the runs
-    # table's idle sweep (active partitions only, re-checked before deleting,
-    # tombstones to the changelog) expires fingerprints as well.
-    states = RunStates(app, table, WorkerMetrics(scraped=False))
-
     async def sweep() -> None:
-        expired = await states.sweep(settings.ttl)
+        expired = await tallies.sweep(settings.ttl)
         if expired:
             logs.event(log, logging.INFO, "idle fingerprints forgotten", event="swept", fingerprints=expired)
 
@@ -196,7 +175,6 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
-    from streams.worker.app import Worker, connection_accepted, web_port_free
     from streams.kafka.topics import TopicError, ensure, log_created, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
@@ -246,7 +224,13 @@ def run_fleet(settings: FleetSettings) -> int:
         data_dir=str(settings.data_dir),
     )
     worker = Worker(
-        app, stop_timeout=25.0, loglevel=settings.loglevel, quiet=True, override_logging=False, redirect_stdouts=False
+        app,
+        logger=log,
+        stop_timeout=25.0,
+        loglevel=settings.loglevel,
+        quiet=True,
+        override_logging=False,
+        redirect_stdouts=False,
     )
     worker.spinner = None
     try:

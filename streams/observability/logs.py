@@ -136,28 +136,13 @@ def _transient_coordinator_noise(record: logging.LogRecord) -> bool:
 
 
 def quiet_service_loggers() -> None:
-    """Make mode's per-service loggers check the level before formatting.
+    """Make mode's per-service loggers check the level before formatting
+    (``streams.worker.seams.mode.check_level_first``): faust's services build
+    each record's prefixed message before the standard logger looks at its
+    level, so even suppressed debug records cost a string build on hot paths."""
+    from streams.worker.seams import mode as mode_seams  # mode only once a command logs through it
 
-    faust's services log through ``mode.utils.logging.CompositeLogger``, whose
-    ``log()`` builds the prefixed message (service label, beacon depth) before
-    the standard logger looks at its level, so even suppressed debug records
-    cost a string build on hot paths. This puts the level check first; the
-    behaviour for records that are emitted is unchanged.
-    """
-    try:
-        from mode.utils.logging import CompositeLogger
-    except ImportError:  # pragma: no cover - mode always comes with faust
-        return
-    if getattr(CompositeLogger, "_loopwarden_level_checked", False):
-        return
-    original = CompositeLogger.log
-
-    def log(self: Any, severity: int, message: str, *args: Any, **kwargs: Any) -> None:
-        if self.logger.isEnabledFor(severity):
-            original(self, severity, message, *args, **kwargs)
-
-    CompositeLogger.log = log  # type: ignore[method-assign]
-    CompositeLogger._loopwarden_level_checked = True  # type: ignore[attr-defined]
+    mode_seams.check_level_first()
 
 
 def get(name: str = LOGGER_NAME) -> logging.Logger:

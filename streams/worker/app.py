@@ -8,7 +8,8 @@
   over in whole fetched batches;
 - streams/worker/processor.py: decode, apply, send, dead letters;
 - streams/worker/checkpoint.py: the order in which a batch is finished;
-- streams/worker/store.py: the runs table, the states in flight, the TTL sweep.
+- streams/worker/store.py: the runs table, the states in flight, the TTL sweep
+  (on the table store every loopwarden app shares, streams/faustapp/table.py).
 
 Faust is used with raw bytes everywhere (no models, no serializer work); the
 verdict bytes are exactly ``encode_verdict``.
@@ -19,25 +20,28 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import threading
 from typing import Any
 
 import faust
-from faust.worker import Worker as FaustWorker
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
-from streams import listen
 from streams.kafka import clients as kafka_clients
+from streams.faustapp.app import (
+    APP_DEFAULTS,
+    Worker,
+    connection_accepted,
+    log_rebalances,
+    web_port_free,
+    web_settings,
+)
 from streams.observability import logs
 from streams.observability.metrics import install as install_metrics
 from streams.worker.processor import Processor
-from streams.argtypes import format_duration
 from streams.worker.settings import EXACTLY_ONCE, Settings
 from streams.worker import expansion, transport
-from streams.worker.store import STORE_URL
 from streams.worker.tenants import Found, TenantWatch, discover_at_start
 from streams.tools.secure import private_dir
 
@@ -108,40 +112,6 @@ def settle_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-
-
-#: What every loopwarden Faust app shares (the worker and the fleet stage):
-#: values stay the bytes of schemas/ (its codec decodes them), tables live in
-#: loopwarden's RocksDB store, no leader topic (nothing uses Faust's leader
-#: election), and a new group starts from the earliest offsets, so nothing
-#: published before the first start is skipped.
-APP_DEFAULTS: dict[str, Any] = {
-    "autodiscover": False,
-    "store": STORE_URL,
-    "key_serializer": "raw",
-    "value_serializer": "raw",
-    "topic_disable_leader": True,
-    "consumer_auto_offset_reset": "earliest",
-}
-
-
-def web_settings(port: int | None, host: str) -> dict[str, Any]:
-    """Faust's web server for `/metrics` only: bound to `host` (127.0.0.1
-    unless `--web-host` says otherwise; Faust binds 0.0.0.0 by default), and
-    none of Faust's own pages. `/table/...` would show any run's stored
-    history, and `/router`, `/graph` and the stats more of the worker, to
-    anyone who reaches the port, past every ACL."""
-    return {
-        "web_enabled": port is not None,
-        "web_port": port or 6066,
-        "web_bind": host,
-        "web_host": host,
-        "web_tables_enabled": False,
-        "web_router_enabled": False,
-        "web_graph_enabled": False,
-        "web_stats_enabled": False,
-        "web_metrics_enabled": False,
-    }
 
 
 def create_app(
@@ -250,121 +220,6 @@ def create_app(
     return app, processor
 
 
-def log_rebalances(app: faust.App, logger: logging.Logger, topic: str) -> None:
-    """One line when the group assigns this process its partitions of `topic`,
-    and one when its tables are recovered and it takes events again: a
-    (re)start that stalls then says at which of the two steps."""
-
-    def say(message: str, event: str) -> None:
-        mine = ",".join(str(tp.partition) for tp in sorted(app.assignor.assigned_actives()) if tp.topic == topic)
-        logs.event(logger, logging.INFO, message, event=event, topic=topic, partitions=mine or "none")
-
-    @app.on_partitions_assigned.connect
-    async def _assigned(sender: Any, assigned: Any = (), **kwargs: Any) -> None:
-        say("partitions assigned", "assigned")
-
-    @app.on_rebalance_complete.connect
-    async def _ready(sender: Any, **kwargs: Any) -> None:
-        say("tables recovered; taking events", "ready")
-
-
-class Worker(FaustWorker):
-    """Faust's worker (its log lines keep the name), with two changes to how a
-    signal (SIGTERM, SIGINT) stops it. Neither can lose an event: one is
-    acknowledged only once its verdict is delivered.
-
-    - An error raised while the signal stops the start-up is the stop, not a
-      failure: exit 0. Faust stops every service, also those still starting,
-      and one can fail instead of stopping. Seen while the table's changelog
-      topic is declared: the conductor awaits the same declaration, the stop
-      cancels its task and with it the future it shares with the declaration
-      (mode's ``StampedeWrapper``), whose ``set_result`` then raises
-      InvalidStateError. An error raised before any signal still exits 1.
-    - A stop not finished `stop_timeout` seconds after the signal ends the
-      process (status 1, one `stop_overdue` error line), before the
-      supervisor's grace period does and as its SIGKILL would. Seen, rarely,
-      when the signal lands while the consumer is joining its group.
-
-    Faust's worker has no public hook for a stop signal: both its SIGTERM and
-    SIGINT handlers call ``_flag_as_shutdown_by_signal``, overridden here
-    (checked on faust-streaming 0.15.3).
-    """
-
-    def __init__(self, app: faust.App, *, stop_timeout: float, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self.stop_timeout = stop_timeout
-        self._watchdog: threading.Timer | None = None
-        self.stopped_by_signal = False
-
-    def _flag_as_shutdown_by_signal(self) -> None:
-        super()._flag_as_shutdown_by_signal()
-        self.stopped_by_signal = True
-        if self._watchdog is None:  # a thread: the event loop may be what is stuck
-            self._watchdog = threading.Timer(self.stop_timeout, self._stop_overdue)
-            self._watchdog.daemon = True
-            self._watchdog.start()
-
-    def _stop_overdue(self) -> None:
-        logs.event(
-            log,
-            logging.ERROR,
-            f"stop not finished {format_duration(self.stop_timeout)} after the signal: exiting",
-            event="stop_overdue",
-            stop_timeout=self.stop_timeout,
-        )
-        logging.shutdown()
-        os._exit(1)
-
-    async def start(self) -> None:
-        try:
-            await super().start()
-        except Exception as exc:
-            if not self.stopped_by_signal:
-                raise
-            logs.event(
-                log,
-                logging.WARNING,
-                "start-up stopped by a signal",
-                event="startup_interrupted",
-                error=f"{type(exc).__name__}: {exc}"[:300],
-            )
-
-
-def connection_accepted(
-    logger: logging.Logger,
-    bootstrap: str,
-    security: kafka_clients.KafkaSecurity,
-    group: str | None = None,
-    timeout: float = kafka_clients.DEFAULT_CONNECT_TIMEOUT,
-) -> bool:
-    """Whether the brokers answer within `timeout` and accept this
-    connection, and this user in consumer group `group` when one is given;
-    if not, one `startup_failed` line naming what failed (no answer, TLS,
-    SASL, a plaintext client on TLS, the group)."""
-    try:
-        if group is None:
-            kafka_clients.check_connection(bootstrap, security, timeout)
-        else:
-            kafka_clients.check_group(bootstrap, security, group)
-    except kafka_clients.CannotConnect as exc:
-        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
-        return False
-    return True
-
-
-def web_port_free(logger: logging.Logger, port: int | None, host: str) -> bool:
-    """Whether the web server can listen on `host:port` (None: no web server); if
-    not, one `startup_failed` line, before Faust would fail on it with a traceback."""
-    if port is None:
-        return True
-    try:
-        listen.check_free(host, port)
-    except listen.CannotListen as exc:
-        logs.event(logger, logging.ERROR, str(exc), event="startup_failed")
-        return False
-    return True
-
-
 def run_worker(settings: Settings) -> int:
     """``loopwarden worker``: load config, make topics, run until stopped.
 
@@ -447,6 +302,7 @@ def run_worker(settings: Settings) -> int:
     )
     worker = Worker(
         app,
+        logger=log,
         stop_timeout=settings.stop_timeout,
         loglevel=settings.loglevel,
         quiet=True,

@@ -1,5 +1,6 @@
-"""The runs' state: Faust's RocksDB table addressed by partition, the
-in-flight overlay in front of it, and the TTL sweep.
+"""The runs' state: the in-flight overlay in front of the runs table (a
+``streams.faustapp.table.PartitionedTable``: RocksDB by partition, its
+changelog, its TTL sweep), and the table's writes.
 
 A run's newest state lives in the overlay from the event that changed it
 until the checkpoint holding that change has written it to the table (and
@@ -13,26 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
 import msgspec
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
-from rocksdict import WriteBatch, WriteOptions
 
-from schemas.codec import decode_stored, encode_stored, touched_at
+from schemas.codec import decode_stored, encode_stored
 from schemas.state import RunState, StoredRun
+from streams.faustapp.table import PartitionedTable
 from streams.observability import logs
 from streams.observability.metrics import WorkerMetrics
 from streams.worker.checkpoint import Checkpoint, InFlight, Slot, Touched
 
 log = logging.getLogger("loopwarden.worker")
-
-STORE_URL = "loopwarden://"
-"""The runs table's store: ``RunStore``, registered under this scheme (the
-``faust.stores`` entry point in pyproject.toml)."""
 
 #: A run's stored state must fit in one Kafka message (brokers refuse
 #: messages over ~1 MB by default). Only pathological events (megabyte-long
@@ -41,59 +37,8 @@ MAX_STATE_BYTES = 512 * 1024
 #: State writes between two chances for the processor to take new events.
 WRITES_PER_YIELD = 200
 
-#: The run table's write options: no write-ahead log. A slice's write took
-#: a third of the time (bench/state_writes.py), with the GIL held throughout.
-UNLOGGED = WriteOptions()
-UNLOGGED.disable_wal = True
 
-
-class RunStore(RocksDBStore):
-    """Faust's RocksDB store, read and written by partition.
-
-    Faust's store picks a partition's database from the task-local *current
-    event*; the worker takes events of many partitions in one task, so each
-    access names its partition. ``_db_for_partition`` is the base class's own
-    way to reach (and, as for its own reads, open) one partition's database;
-    there is no public one (checked on faust-streaming 0.15.3).
-
-    Every write skips RocksDB's write-ahead log (``UNLOGGED``, set on each
-    database as ``_open_for_partition``, the base class's opener, opens it):
-    the changelog topic is the table's log. Faust's own writes (recovery,
-    the persisted changelog offset) skip it too, so after a crash a database
-    is as it was at its last flush, states and offset alike, and recovery
-    replays the changelog from there (docs/PROCESSING.md).
-    """
-
-    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
-    # mode would otherwise name a subclass's logger after this module.
-    logger = logging.getLogger("faust.loopwarden.store")
-
-    def _open_for_partition(self, partition: int) -> Any:
-        db = super()._open_for_partition(partition)
-        db.set_write_options(UNLOGGED)
-        return db
-
-    def get_in(self, partition: int, key: bytes) -> bytes | None:
-        return self._db_for_partition(partition).get(key)
-
-    def write_in(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
-        """Put many values in one RocksDB write: one log record for all of
-        them, where a put each cost about twice the CPU (bench/README.md)."""
-        batch = WriteBatch(raw_mode=True)  # the store opens its databases in raw mode
-        for key, value in items:
-            batch.put(key, value)
-        self._db_for_partition(partition).write(batch)
-
-    def delete_in(self, partition: int, key: bytes) -> None:
-        self._db_for_partition(partition).delete(key)
-
-    def items_in(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of one partition's database, without Faust's offset record."""
-        offset_key = self.offset_key
-        return ((k, v) for k, v in self._db_for_partition(partition).items() if k != offset_key)
-
-
-class RunStates:
+class RunStates(PartitionedTable):
     """The in-flight overlay over the runs table, the table's writes and its TTL sweep.
 
     A write puts the value into the partition's RocksDB and sends it to the
@@ -108,24 +53,18 @@ class RunStates:
     def __init__(
         self, app: faust.App, table: Any, metrics: WorkerMetrics, behind: Callable[[], bool] = lambda: False
     ) -> None:
-        self.app = app
-        self.table = table
+        super().__init__(app, table)
         self.metrics = metrics
         #: Whether the worker is behind its events, asked once a slice: its
         #: changelog batches are larger then (``Producer.send_records``).
         self.behind = behind
         self.live: dict[Slot, InFlight] = {}
-        self._changelog: str | None = None
 
-    @property
-    def store(self) -> RunStore:
-        return self.table.data
+    def in_flight(self, partition: int, key: bytes) -> bool:
+        return (partition, key) in self.live
 
-    @property
-    def changelog(self) -> str:
-        if self._changelog is None:
-            self._changelog = self.table.changelog_topic_name
-        return self._changelog
+    def held(self, partition: int, keys: int) -> None:
+        self.metrics.runs_held(partition, keys)
 
     # -- the overlay ---------------------------------------------------------
 
@@ -237,80 +176,3 @@ class RunStates:
                 entry.checkpoint = None
                 if live.get(slot) is entry:
                     del live[slot]
-
-    def persist(self, records: Sequence[tuple[TP, int]]) -> None:
-        """Record how far the changelog holds what the table holds ((partition,
-        offset) of acknowledged changelog records): recovery resumes from
-        there, as from Faust's own writes. Once per partition, at its highest offset."""
-        highest: dict[TP, int] = {}
-        for tp, offset in records:
-            if offset > highest.get(tp, -1):
-                highest[tp] = offset
-        for tp, offset in highest.items():
-            if self.app.in_transaction:
-                self.app.tables.persist_offset_on_commit(self.store, tp, offset)
-            else:
-                self.store.set_persisted_offset(tp, offset)
-
-    def _persist_tombstone(self, future: asyncio.Future[Any]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            record = future.result()
-            self.persist([(record.topic_partition, record.offset)])  # a failed one is sent again by a later sweep
-
-    # -- the TTL sweep ---------------------------------------------------------
-
-    def active_partitions(self) -> list[int]:
-        """Changelog partitions this worker owns as active (not standby)."""
-        changelog = self.changelog
-        return sorted(tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == changelog)
-
-    def _owns(self, partition: int) -> bool:
-        return not self.app.rebalancing and TP(self.changelog, partition) in self.app.assignor.assigned_actives()
-
-    async def sweep(self, ttl: float) -> int:
-        """Expire runs idle longer than ``ttl`` in partitions this worker owns
-        as active (never standbys, never while rebalancing); how many expired.
-        The runs each partition still holds go to the metrics' active runs."""
-        if self.app.rebalancing:
-            return 0
-        cutoff = time.time() - ttl
-        expired = 0
-        for partition in self.active_partitions():
-            held = 0
-            for seen, (key, value) in enumerate(self.store.items_in(partition), 1):
-                held += 1
-                if seen % 1024 == 0:
-                    await asyncio.sleep(0)  # a large table does not hold up the processor
-                    if not self._owns(partition):
-                        break
-                try:
-                    recent = touched_at(value) >= cutoff
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    recent = False  # unreadable: expire it like an idle run
-                if recent or (partition, key) in self.live:
-                    continue  # recent, or in flight right now
-                if await self._expire(partition, key, cutoff):
-                    expired += 1
-                    held -= 1
-            self.metrics.runs_held(partition, held)
-            await asyncio.sleep(0)
-        return expired
-
-    async def _expire(self, partition: int, key: bytes, cutoff: float) -> bool:
-        """Delete a run idle since before ``cutoff`` (re-checked right before
-        deleting, with no await in between) and send its changelog tombstone
-        to the same partition."""
-        if not self._owns(partition):
-            return False  # revoked while the sweep waited for a send
-        current = self.store.get_in(partition, key)
-        if current is None:
-            return False
-        try:
-            if touched_at(current) >= cutoff:
-                return False
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            pass
-        self.store.delete_in(partition, key)
-        sent = await self.app.producer.send(self.changelog, key, None, partition, None, None)
-        sent.add_done_callback(self._persist_tombstone)
-        return True

@@ -37,35 +37,11 @@ differs from the driver it extends:
 - **Two rebalance corrections** (docs/PROCESSING.md tells how each was
   found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
 
-Checked against faust-streaming 0.15.3 and aiokafka 0.14.0 (the ranges pinned
-in pyproject.toml), and mode-streaming 0.7.1, which Faust brings. Faust offers no public hook for the
-fetch loop: the batched intake overrides ``Consumer._drain_messages``, the
-method Faust's ``Fetcher`` runs, and keeps its offset bookkeeping through the
-base class's ``_read_offset`` (the read positions Faust's own seeks reset) and
-``_add_gap``. The consumer is chosen by ``_new_consumer_thread``, the factory
-the base class leaves to its drivers; ``LoopConsumer`` keeps Faust's consumer
-thread class for everything aiokafka is asked, and replaces only how it is
-run: mode's ``ServiceThread.start``, ``call_thread`` and the thread's
-shutdown sequence (``_shutdown_thread``, run from ``_stop_children``). It
-tells when its last poll returned (for ``--trace-stages``) from
-``_fetch_records``, read through the consumer's ``_thread``. The fetch hold
-sets the two values aiokafka's fetcher puts in each fetch request
-(``_fetch_min_bytes`` and ``_fetch_max_wait_ms`` of the consumer's
-``_fetcher``), which aiokafka offers only as constructor arguments. ``Producer.send_records``
-reaches the aiokafka producer through the driver's ``_ensure_producer``, as
-the driver's own ``send`` does, and builds its batches with aiokafka's
-``BatchBuilder`` (the class ``create_batch`` returns) rather than through
-``create_batch``, which gives every batch the producer's own size and
-compression; it compresses each batch itself (the builder's ``_build``)
-unless the producer is idempotent (its ``_txn_manager``). The conductor's
-resubscription delay is its class attribute ``_resubscribe_sleep_lock_seconds``. The
-decompression bound (streams/worker/expansion.py) replaces the fetcher module's
-``PartitionRecords`` with a subclass and the decoders (``gzip_decode``,
-``lz4_decode``, ``zstd_decode``, ``snappy_decode``) that aiokafka's record
-modules look up as globals, and builds its stand-in record with
-``DefaultRecord`` of the C record module. Those are
-the only non-public members used; a Faust, mode or aiokafka upgrade must
-re-check them.
+Faust offers no public hook for the fetch loop, the consumer thread or the
+poll; those, and the few other members of Faust, mode and aiokafka that are
+not public, are reached through ``streams.worker.seams`` (one module per
+package, each use with its reason), checked by tests/worker/test_seams.py
+against the pinned versions.
 """
 
 from __future__ import annotations
@@ -78,14 +54,15 @@ from typing import Any, Protocol, cast
 
 from aiokafka import codec
 from aiokafka.partitioner import DefaultPartitioner, murmur2
-from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.record.default_records import DefaultRecordBatch
-from faust.transport import conductor
 from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
+
+from streams.worker.seams import aiokafka as aiokafka_seams
+from streams.worker.seams import faust as faust_seams
+from streams.worker.seams import mode as mode_seams
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
@@ -159,7 +136,7 @@ class Intake(Protocol):
         """The consumer began (True) or stopped holding fetches (``FetchPacer``)."""
 
 
-class LoopConsumer(driver.AIOKafkaConsumerThread):
+class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     """The aiokafka consumer on the app's own event loop, in the place of Faust's consumer thread.
 
     Faust runs aiokafka in a thread with an event loop of its own and asks it
@@ -190,32 +167,20 @@ class LoopConsumer(driver.AIOKafkaConsumerThread):
     def __init__(self, consumer: Any, *, loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
         super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
 
-    async def start(self) -> None:
-        """Start as a service on this loop, not as a thread."""
-        self._thread_started.set()
-        await self._default_start()
-
     async def call_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await maybe_async(fun(*args, **kwargs))
-
-    async def _stop_children(self) -> None:
-        # A thread's own shutdown sequence (stop the aiokafka consumer, then
-        # the children, futures and exit stacks), run here by ``stop``.
-        await self._shutdown_thread()
 
     def hold_fetches(self, hold: float) -> None:
         """Let the broker hold each fetch sent from now on up to ``hold``
         seconds to fill it (``FetchPacer``); 0: answer at the first record."""
-        fetcher = self._consumer._fetcher  # created when the consumer started, before any fetch
+        consumer = faust_seams.aiokafka_consumer(self)
         if hold > 0:
-            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = HOLD_MIN_BYTES, max(1, round(hold * 1000))
+            aiokafka_seams.set_fetch_wait(consumer, HOLD_MIN_BYTES, max(1, round(hold * 1000)))
         else:
-            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = 1, LONG_POLL_MS
+            aiokafka_seams.set_fetch_wait(consumer, 1, LONG_POLL_MS)
 
-    async def _fetch_records(self, *args: Any, **kwargs: Any) -> Any:
-        records = await super()._fetch_records(*args, **kwargs)
+    def polled(self) -> None:
         self.polled_at = time.time()
-        return records
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed = await super().seek_to_committed()
@@ -225,18 +190,21 @@ class LoopConsumer(driver.AIOKafkaConsumerThread):
         return committed
 
 
-class Consumer(driver.Consumer):
+class Consumer(faust_seams.Consumer):
     """Faust's aiokafka consumer with the batched intake and generation-checked acknowledgements."""
 
     logger = faust_log
     acked_since_commit = 0
+    #: The consumer on the app's loop (``new_consumer_thread``).
+    loop_consumer: LoopConsumer
 
     @cached_property
     def pacer(self) -> FetchPacer:
         return FetchPacer(getattr(self.app, "fetch_hold", 0.0))
 
-    def _new_consumer_thread(self) -> LoopConsumer:
-        return LoopConsumer(self, loop=self.loop, beacon=self.beacon)
+    def new_consumer_thread(self) -> LoopConsumer:
+        self.loop_consumer = LoopConsumer(self, loop=self.loop, beacon=self.beacon)
+        return self.loop_consumer
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, with the fetch loop held until it is done.
@@ -273,10 +241,10 @@ class Consumer(driver.Consumer):
             return True
         return False
 
-    async def _drain_messages(self, fetcher: Any) -> None:
+    async def drain_messages(self, fetcher: Any) -> None:
         intake = cast(Intake | None, getattr(self.app, "intake", None))
         if intake is None:
-            await super()._drain_messages(fetcher)
+            await super().drain_messages(fetcher)
         else:
             await self._drain_in_batches(fetcher, intake)
 
@@ -284,7 +252,8 @@ class Consumer(driver.Consumer):
         """Faust's fetch loop, with the intake topics' messages handed over per batch."""
         topics = intake.topics
         deliver = self.callback
-        read_offset = self._read_offset
+        read_offset = faust_seams.read_offsets(self)
+        loop_consumer = self.loop_consumer
         acks_enabled_for = self.app.topics.acks_enabled_for
         track = self.track_message
         suspended = self.suspend_flow
@@ -310,7 +279,7 @@ class Consumer(driver.Consumer):
                     if last and offset - last > 1 and acks_enabled_for(message.topic):
                         # Offsets that never reach the stream (transaction
                         # markers, compaction) must not hold commits back.
-                        await self._add_gap(tp, last + 1, offset)
+                        await faust_seams.add_gap(self, tp, last + 1, offset)
                     if message.topic in topics:
                         # Tracked before it is fed: if a rebalance cancels this
                         # loop first, the batch is dropped, leaves Faust's (weak)
@@ -321,10 +290,10 @@ class Consumer(driver.Consumer):
                         await self.wait_first(deliver(message), suspended.wait())
                     read_offset[tp] = offset
                 if batch:
-                    intake.feed(batch, self._thread.polled_at)
+                    intake.feed(batch, loop_consumer.polled_at)
                 held = pacer.observe(len(batch), time.monotonic())
                 if held is not None:
-                    cast(LoopConsumer, self._thread).hold_fetches(pacer.hold if held else 0.0)
+                    loop_consumer.hold_fetches(pacer.hold if held else 0.0)
                     intake.fetches_held(held)
                 if commit_every is not None and self.acked_since_commit >= commit_every:
                     self.acked_since_commit = 0
@@ -360,11 +329,11 @@ class KeyPartitioner(DefaultPartitioner):
 
 #: Changelog compression: name -> (whether its library is installed, aiokafka's code).
 CODECS: dict[str, tuple[Callable[[], bool], int]] = {
-    "zstd": (codec.has_zstd, DefaultRecordBatch.CODEC_ZSTD),
-    "lz4": (codec.has_lz4, DefaultRecordBatch.CODEC_LZ4),
-    "snappy": (codec.has_snappy, DefaultRecordBatch.CODEC_SNAPPY),
-    "gzip": (codec.has_gzip, DefaultRecordBatch.CODEC_GZIP),
-    "none": (lambda: True, DefaultRecordBatch.CODEC_NONE),
+    "zstd": (codec.has_zstd, aiokafka_seams.CODECS["zstd"]),
+    "lz4": (codec.has_lz4, aiokafka_seams.CODECS["lz4"]),
+    "snappy": (codec.has_snappy, aiokafka_seams.CODECS["snappy"]),
+    "gzip": (codec.has_gzip, aiokafka_seams.CODECS["gzip"]),
+    "none": (lambda: True, aiokafka_seams.CODECS["none"]),
 }
 
 
@@ -403,8 +372,11 @@ class Producer(driver.Producer):
         ``changelog_compression`` (the worker's ``--changelog-compression``), else none."""
         return codec_for(getattr(self.app, "changelog_compression", "none"))
 
-    def _records_batch(self, behind: bool) -> BatchBuilder:
-        return BatchBuilder(self.records_batch_bytes_behind if behind else self.records_batch_bytes, self.records_codec)
+    def _records_batch(self, behind: bool) -> aiokafka_seams.BatchBuilder:
+        # Not ``create_batch``: its batches have the producer's size and compression.
+        return aiokafka_seams.BatchBuilder(
+            self.records_batch_bytes_behind if behind else self.records_batch_bytes, self.records_codec
+        )
 
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes]], *, behind: bool = False
@@ -428,7 +400,7 @@ class Producer(driver.Producer):
         fetches (bench/README.md, "Kept: one changelog batch at a time").
         Behind, the verdicts wait in the backlog instead, and the batches
         go as fast as the producer takes them."""
-        producer = self._ensure_producer()
+        producer = faust_seams.aiokafka_producer(self)
         sent: list[Awaitable[tuple[TP, int]]] = []
         batch = self._records_batch(behind)
         for key, value in records:
@@ -449,11 +421,12 @@ class Producer(driver.Producer):
             await asyncio.wait((last,))  # its failure is the caller's to see, through its own awaitable
         count = batch.record_count()
         batch.close()
-        if producer._txn_manager is None:
+        if not self.app.in_transaction:
             # Built (compressed) here, between yields; else the sender builds
             # it with the next produce request, which the verdicts wait in.
-            # An idempotent producer stamps its batches first, so builds them itself.
-            batch._build()
+            # Faust's producer is idempotent in transactions (exactly_once),
+            # and an idempotent producer stamps its batches first, so builds them itself.
+            aiokafka_seams.build(batch)
         delivered = await producer.send_batch(batch, topic, partition=partition)
 
         async def last_offset() -> tuple[TP, int]:
@@ -464,14 +437,14 @@ class Producer(driver.Producer):
         return self._last_batch
 
 
-class Conductor(conductor.Conductor):
+class Conductor(faust_seams.Conductor):
     """Faust's conductor, resubscribing a second after the topics change
     instead of 45 s: the worker adds a tenant's events topic when it finds
     it (streams/worker/tenants.py), all those found in one look at once, so
     there is nothing to coalesce, and a new tenant's first calls would
     otherwise wait out the 45 s."""
 
-    _resubscribe_sleep_lock_seconds = 1.0
+    resubscribe_delay = 1.0
 
 
 class Transport(driver.Transport):

@@ -35,10 +35,10 @@ def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> N
     """--faust-loglevel holds the faust loggers; a subclass of a Faust service
     would otherwise log Faust's lifecycle lines under its own module's name."""
     from streams.worker.app import WorkerApp
-    from streams.worker.store import RunStore
+    from streams.faustapp.table import TableStore
     from streams.worker.transport import Consumer, LoopConsumer
 
-    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, LoopConsumer)}
+    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, TableStore, Consumer, LoopConsumer)}
     assert all(name.startswith("faust.") for name in names.values()), names
 
 

@@ -60,7 +60,7 @@ class FakeProducer:
 
 
 class FakeStore:
-    """A RunStore's partition-addressed reads and writes, in a dict."""
+    """A TableStore's partition-addressed reads and writes, in a dict."""
 
     def __init__(self) -> None:
         self.rows: dict[tuple[int, bytes], bytes] = {}

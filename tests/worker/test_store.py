@@ -1,4 +1,4 @@
-"""The runs table's RocksDB store (streams/worker/store.py), on real RocksDB.
+"""The tables' RocksDB store (streams/faustapp/table.py), on real RocksDB.
 
 Its writes skip RocksDB's write-ahead log: the changelog topic is the log.
 What that must never do is leave a persisted changelog offset ahead of the
@@ -18,14 +18,15 @@ import faust
 from faust.types import TP
 
 from streams.kafka import clients as kafka_clients
-from streams.worker.store import RunStore
+from streams.worker.seams.faust import partition_db
+from streams.faustapp.table import TableStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def open_store(datadir: str) -> RunStore:
+def open_store(datadir: str) -> TableStore:
     """The run table's store of one partition in ``datadir``, on a Faust app with no broker."""
     app = faust.App(
         "store-test",
@@ -44,7 +45,7 @@ def write(datadir: str, end: str) -> None:
     store = open_store(datadir)
     store.write_in(0, [(b"run-a", b"state 1"), (b"run-b", b"state 1")])
     store.set_persisted_offset(CHANGELOG, 10)
-    store._db_for_partition(0).flush()
+    partition_db(store, 0).flush()
     store.write_in(0, [(b"run-a", b"state 2")])
     store.delete_in(0, b"run-b")
     store.set_persisted_offset(CHANGELOG, 12)
@@ -53,7 +54,7 @@ def write(datadir: str, end: str) -> None:
     asyncio.run(store.stop())
 
 
-def write_then(end: str, datadir: Path) -> RunStore:
+def write_then(end: str, datadir: Path) -> TableStore:
     child = f"from tests.worker.test_store import write; write({str(datadir)!r}, {end!r})"
     done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == (9 if end == "kill" else 0), done.stderr

@@ -20,6 +20,7 @@ from schemas.state import Record, RunState, StoredRun
 from streams.kafka import clients as kafka_clients
 from streams.tools.broker import LocalBroker
 from streams.kafka.topics import ensure
+from streams.worker.seams.faust import aiokafka_producer
 from streams.worker.settings import CHANGELOG_COMPRESSIONS
 from streams.worker.transport import CODECS, SCHEME, FetchPacer, KeyPartitioner, codec_for
 from helpers import consume
@@ -123,7 +124,7 @@ def send_records(
         producer.records_batch_bytes_behind = 4 * batch_bytes
         await producer.start()
         if handed is not None:
-            watch_batches(producer._ensure_producer(), handed)
+            watch_batches(aiokafka_producer(producer), handed)
         try:
             return [
                 await asyncio.gather(*await producer.send_records(topic, 1, group, behind=behind)) for group in groups
