@@ -243,7 +243,8 @@ def consume(
     security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
-    ``settle`` more seconds for stragglers), or ``timeout``."""
+    ``settle`` more seconds for stragglers), or ``timeout``; none while the
+    topic does not exist yet."""
     consumer = kafka_clients.consumer(
         bootstrap,
         security=security,
@@ -260,7 +261,9 @@ def consume(
             partitions = consumer.partitions_for_topic(topic)
             if not partitions:
                 time.sleep(0.2)
-        assignment = [TopicPartition(topic, p) for p in sorted(partitions or ())]
+        if not partitions:
+            return records  # not created yet
+        assignment = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assignment)
         consumer.seek_to_beginning(*assignment)
         settle_until = None

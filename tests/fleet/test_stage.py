@@ -6,11 +6,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from builders import run_cli, unknown_tool_blocks
+from evidence import kept_dir, kept_on_failure
 from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, produce
-from schemas.codec import decode_incident, decode_verdict
+from schemas.codec import decode_incident, decode_tally, decode_verdict
 from streams.fleet.incidents import fingerprint
 from streams.worker.settings import Topics
 from schemas.topics import tenant_topics
@@ -24,7 +26,7 @@ CONFIG = ROOT / "examples" / "loopwarden.json5"
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
-def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path, stop):
+def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path, stop, request):
     """Events and decisions on one partition each, so the stage sees the
     verdicts in the order they were decided (see docs/FLEET.md): then every
     record, samples included, is the offline one. The stage is stopped (or
@@ -34,8 +36,22 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(br
     expected = offline.stdout.splitlines()
     scopes = {decode_incident(line).scope for line in expected}
     assert len(expected) == 4 and scopes == {"fleet", "agent"}  # the trace has both kinds
-    lines = FLEET.read_bytes().splitlines()
     topics = names("fleet")
+    regroup = f"{topics['app_id']}-fleet-fingerprint-repartition"
+    changelog = f"{topics['app_id']}-fleet-incidents-changelog"
+    with kept_on_failure(
+        lambda: kept_dir(request.node.nodeid),
+        broker.bootstrap,
+        logs=[tmp_path / "worker.log", tmp_path / "fleet.log"],
+        topics=[topics["events"], topics["decisions"], regroup, changelog, topics["incidents"]],
+        groups=[topics["app_id"], f"{topics['app_id']}-fleet"],
+        contents={regroup: describe_verdict, changelog: describe_tally, topics["incidents"]: describe_incident},
+    ):
+        across_a_restart(broker, tmp_path, stop, topics, expected, FLEET.read_bytes().splitlines())
+
+
+def across_a_restart(broker, tmp_path, stop: int, topics: dict[str, str], expected: list[bytes], lines: list[bytes]):
+    """The scenario and its checks, inside the test's `kept_on_failure`."""
     regroup = f"{topics['app_id']}-fleet-fingerprint-repartition"
     with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
         worker.wait_assigned()
@@ -113,6 +129,20 @@ def test_each_tenant_is_counted_apart_and_published_as_the_offline_command_print
     mine = {tenant: found for tenant, found in published.items() if tenant in expected}
     assert mine == {tenant: set(lines) for tenant, lines in expected.items()}, stage.log()[-4000:]
     assert {"-", first, later} <= {line["tenant"] for line in stage.lines("incident_open")}
+
+
+def describe_verdict(key: bytes | None, value: bytes | None) -> str:
+    verdict = decode_verdict(value or b"")
+    return f"{(key or b'').decode(errors='replace')} run={verdict.run_id} seq={verdict.seq} {verdict.decision}"
+
+
+def describe_tally(key: bytes | None, value: bytes | None) -> str:
+    shown = "tombstone" if value is None else msgspec.json.encode(decode_tally(value)).decode()
+    return f"{(key or b'').decode(errors='replace')} {shown}"
+
+
+def describe_incident(key: bytes | None, value: bytes | None) -> str:
+    return (value or b"").decode(errors="replace")
 
 
 def make_tenant_topics(bootstrap: str, tenant: str) -> None:
