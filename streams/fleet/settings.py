@@ -97,6 +97,7 @@ class FleetSettings:
     ttl: float = 3 * 3600.0
     tenant_refresh: float = 30.0  # 0: read only --decisions-topic
     session_timeout: float = 30.0
+    commit_interval: float = 2.8
     loglevel: str = "info"
     web_port: int | None = None
     web_host: str = WEB_HOST  # where --web-port listens
@@ -164,6 +165,13 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
     parser.add_argument(
+        "--commit-interval",
+        type=duration,
+        default=2.8,
+        help="how often the offsets of the verdicts taken are committed; a restart takes again those after "
+        "the last commit (default 2.8s)",
+    )
+    parser.add_argument(
         "--loglevel", default="info", choices=("debug", "info", "warning", "error"), help="log level (default info)"
     )
     parser.add_argument(
@@ -193,6 +201,7 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         ttl=args.ttl,
         tenant_refresh=args.tenant_refresh,
         session_timeout=args.session_timeout,
+        commit_interval=args.commit_interval,
         loglevel=args.loglevel,
         web_port=args.web_port,
         web_host=args.web_host,

@@ -39,7 +39,7 @@ from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, WorkerMetrics, install
-from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
+from streams.worker.app import APP_DEFAULTS, App, log_rebalances, web_settings
 from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
 from streams.worker.tenants import Found, TenantWatch, discover, key_prefix, split_key
@@ -78,8 +78,14 @@ def _tally(stored: bytes | None, key: str) -> FingerprintTally | None:
 def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faust.App:
     """The app: the decision topics (its own and the `tenants`', then each
     tenant found later) regrouped by fingerprint, the tally table, the
-    incident topic, and the sweep that forgets idle fingerprints."""
-    app = faust.App(
+    incident topic, and the sweep that forgets idle fingerprints.
+
+    It has the worker's flow control (`App`): with Faust's own, a restart
+    that recovered its tallies emptied the agents' queues after seeking to
+    the committed offsets, dropping the verdicts fetched during the seek, for
+    good where no offset was committed yet (docs/PROCESSING.md, "Three Faust
+    behaviours the worker corrects")."""
+    app = App(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
         **APP_DEFAULTS,
@@ -89,6 +95,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        broker_commit_interval=settings.commit_interval,
         **web_settings(settings.web_port, settings.web_host),
     )
     metrics = FleetMetrics()

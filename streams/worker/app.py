@@ -67,7 +67,8 @@ class FlowControl(FlowControlEvent):
     with no committed offset, never fetched again (aiokafka only seeks back
     when the committed offset is above 0). Queues hold events of an old
     generation only after a suspension, so that is when they are emptied.
-    Events fetched twice are harmless: the engine ignores a seq it has seen.
+    Events fetched twice are harmless: the worker's engine ignores a seq it
+    has seen, and the fleet stage a run it has counted.
     """
 
     def resume(self) -> None:
@@ -75,15 +76,12 @@ class FlowControl(FlowControlEvent):
             super().resume()
 
 
-class WorkerApp(faust.App):
-    """The worker's Faust app: its flow control, and the intake its transport
-    (``loopwarden://``, streams/worker/transport.py) feeds the events topic to."""
+class App(faust.App):
+    """A loopwarden Faust app, the worker's or the fleet stage's: Faust's,
+    with the flow control above. The worker's transport (``loopwarden://``,
+    streams/worker/transport.py) has the two other corrections of Faust's
+    rebalance path (docs/PROCESSING.md)."""
 
-    intake: Processor | None = None
-    #: ``--fetch-hold`` in seconds (transport.FetchPacer); 0: never held.
-    fetch_hold = 0.0
-    #: ``--changelog-compression`` (transport.Producer.records_codec).
-    changelog_compression = "none"
     # Faust's own lines stay under the faust logger (held at --faust-loglevel);
     # mode would otherwise name a subclass's logger after this module.
     logger = logging.getLogger("faust.loopwarden.app")
@@ -91,6 +89,16 @@ class WorkerApp(faust.App):
     @cached_property
     def flow_control(self) -> FlowControlEvent:
         return FlowControl(loop=self.loop)
+
+
+class WorkerApp(App):
+    """The worker's app: the intake its transport feeds the events topic to."""
+
+    intake: Processor | None = None
+    #: ``--fetch-hold`` in seconds (transport.FetchPacer); 0: never held.
+    fetch_hold = 0.0
+    #: ``--changelog-compression`` (transport.Producer.records_codec).
+    changelog_compression = "none"
 
 
 #: Young-generation collections every 50,000 net allocations instead of 700,
