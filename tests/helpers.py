@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import TopicPartition
+from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from builders import cli_environ
 from schemas.codec import decode_incident
@@ -327,6 +328,17 @@ def incidents_until(
         if wanted <= {dedupe_key(r) for r in records}:
             break
     return records
+
+
+def queue_after_resumes(flow: FlowControlEvent, *, suspend_between: bool) -> int:
+    """Events left queued after a resume, a put, and a second resume."""
+    flow.resume()
+    queue: FlowControlQueue[int] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
+    queue.put_nowait(1)
+    if suspend_between:
+        flow.suspend()
+    flow.resume()
+    return queue.qsize()
 
 
 # -- workers -----------------------------------------------------------------
