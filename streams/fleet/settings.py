@@ -99,6 +99,7 @@ class FleetSettings:
     session_timeout: float = 30.0
     commit_interval: float = 2.8
     loglevel: str = "info"
+    faust_loglevel: str = "warning"
     web_port: int | None = None
     web_host: str = WEB_HOST  # where --web-port listens
 
@@ -175,6 +176,12 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         "--loglevel", default="info", choices=("debug", "info", "warning", "error"), help="log level (default info)"
     )
     parser.add_argument(
+        "--faust-loglevel",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="level of faust/aiokafka's own loggers (default warning)",
+    )
+    parser.add_argument(
         "--web-port", type=port, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
     )
     add_web_host_option(parser)
@@ -203,6 +210,7 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         session_timeout=args.session_timeout,
         commit_interval=args.commit_interval,
         loglevel=args.loglevel,
+        faust_loglevel=args.faust_loglevel,
         web_port=args.web_port,
         web_host=args.web_host,
     )

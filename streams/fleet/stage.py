@@ -206,7 +206,7 @@ def run_fleet(settings: FleetSettings) -> int:
     from streams.worker.app import Worker, connection_accepted, web_port_free
     from streams.worker.topics import TopicError, ensure, log_created, require_topic
 
-    logs.setup(settings.loglevel, "logfmt", library_level="warning")
+    logs.setup(settings.loglevel, "logfmt", library_level=settings.faust_loglevel)
     if not web_port_free(log, settings.web_port, settings.web_host):
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):

@@ -41,9 +41,8 @@ def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(
 
     Killed-uncommitted: killed before its first offset commit, so it restarts
     with its tallies to recover from the changelog (RocksDB keeps no
-    write-ahead log) and no committed offset on any partition, the state in
-    which a restart on Faust's own transport and flow control dropped the
-    verdicts it fetched and counted nothing more (docs/FLEET.md, Delivery)."""
+    write-ahead log) and no committed offset on any partition: the state the
+    killed stage was in whenever this test's restart counted nothing more."""
     offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents")
     assert offline.returncode == 0, offline.stderr
     expected = offline.stdout.splitlines()
@@ -71,7 +70,11 @@ def across_a_restart(
     group = f"{topics['app_id']}-fleet"
     with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
         worker.wait_assigned()
-        stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet", extra=["--commit-interval", commit_interval])
+        # Faust's own steps (recovery, seek, flow) in the log a failure keeps.
+        faust_log = ["--faust-loglevel", "info"]
+        stage = FleetStage(
+            broker.bootstrap, topics, tmp_path, "fleet", extra=["--commit-interval", commit_interval, *faust_log]
+        )
         stage.start()
         try:
             produce(broker.bootstrap, topics["decisions"], [b"not a verdict"], keys=[b"r"])  # skipped, logged
@@ -82,7 +85,7 @@ def across_a_restart(
                 with kafka_clients.admin(broker.bootstrap) as admin:
                     assert admin.list_group_offsets({group: None})[group] == {}  # nothing committed
             produce(broker.bootstrap, topics["events"], lines[600:])
-            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet", extra=faust_log).start()
             records = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected}, 120)
         finally:
             stage.stop()
