@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import TopicPartition
+from mode.utils.queues import FlowControlEvent, FlowControlQueue
 
 from builders import cli_environ
 from schemas.codec import decode_incident
@@ -243,7 +244,8 @@ def consume(
     security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
-    ``settle`` more seconds for stragglers), or ``timeout``."""
+    ``settle`` more seconds for stragglers), or ``timeout``; none while the
+    topic does not exist yet."""
     consumer = kafka_clients.consumer(
         bootstrap,
         security=security,
@@ -260,7 +262,9 @@ def consume(
             partitions = consumer.partitions_for_topic(topic)
             if not partitions:
                 time.sleep(0.2)
-        assignment = [TopicPartition(topic, p) for p in sorted(partitions or ())]
+        if not partitions:
+            return records  # not created yet
+        assignment = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assignment)
         consumer.seek_to_beginning(*assignment)
         settle_until = None
@@ -324,6 +328,17 @@ def incidents_until(
         if wanted <= {dedupe_key(r) for r in records}:
             break
     return records
+
+
+def queue_after_resumes(flow: FlowControlEvent, *, suspend_between: bool) -> int:
+    """Events left queued after a resume, a put, and a second resume."""
+    flow.resume()
+    queue: FlowControlQueue[int] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
+    queue.put_nowait(1)
+    if suspend_between:
+        flow.suspend()
+    flow.resume()
+    return queue.qsize()
 
 
 # -- workers -----------------------------------------------------------------

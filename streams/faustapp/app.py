@@ -10,6 +10,8 @@ import threading
 from typing import Any
 
 import faust
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
 from streams import listen
 from streams.kafka import clients as kafka_clients
@@ -31,6 +33,41 @@ APP_DEFAULTS: dict[str, Any] = {
     "topic_disable_leader": True,
     "consumer_auto_offset_reset": "earliest",
 }
+
+
+class FlowControl(FlowControlEvent):
+    """Faust's flow control, emptying the agents' queues on ``resume`` only
+    when the flow really was suspended (faust-streaming 0.15.3).
+
+    Faust's ``resume()`` empties the queues every time it is called. After a
+    rebalance that needs no table recovery, Faust resumes the flow once when
+    recovery ends and again when the stream partitions are resumed; events
+    fetched in between would be dropped from the queue and, for a partition
+    with no committed offset, never fetched again (aiokafka only seeks back
+    when the committed offset is above 0). Queues hold events of an old
+    generation only after a suspension, so that is when they are emptied.
+    Events fetched twice are harmless: the worker's engine ignores a seq it
+    has seen, and the fleet stage a run it has counted.
+    """
+
+    def resume(self) -> None:
+        if not self.is_active():
+            super().resume()
+
+
+class App(faust.App):
+    """A loopwarden Faust app, the worker's or the fleet stage's: Faust's,
+    with the flow control above. The worker's transport (``loopwarden://``,
+    streams/worker/transport.py) has the two other corrections of Faust's
+    rebalance path (docs/PROCESSING.md)."""
+
+    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
+    # mode would otherwise name a subclass's logger after this module.
+    logger = logging.getLogger("faust.loopwarden.app")
+
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        return FlowControl(loop=self.loop)
 
 
 def web_settings(port: int | None, host: str) -> dict[str, Any]:

@@ -89,7 +89,9 @@ class FleetSettings:
     ttl: float = 3 * 3600.0
     tenant_refresh: float = 30.0  # 0: read only --decisions-topic
     session_timeout: float = 30.0
+    commit_interval: float = 2.8
     loglevel: str = "info"
+    faust_loglevel: str = "warning"
     web_port: int | None = None
     web_host: str = WEB_HOST  # where --web-port listens
 
@@ -156,7 +158,20 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
         help="how long the group waits for a stage that stopped answering before its partitions move (default 30s)",
     )
     parser.add_argument(
+        "--commit-interval",
+        type=duration,
+        default=2.8,
+        help="how often the offsets of the verdicts taken are committed; a restart takes again those after "
+        "the last commit (default 2.8s)",
+    )
+    parser.add_argument(
         "--loglevel", default="info", choices=("debug", "info", "warning", "error"), help="log level (default info)"
+    )
+    parser.add_argument(
+        "--faust-loglevel",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="level of faust/aiokafka's own loggers (default warning)",
     )
     parser.add_argument(
         "--web-port", type=port, help="serve GET /metrics (Prometheus) on this port (default: no web server)"
@@ -185,7 +200,9 @@ def fleet_settings_from_args(args: argparse.Namespace) -> FleetSettings:
         ttl=args.ttl,
         tenant_refresh=args.tenant_refresh,
         session_timeout=args.session_timeout,
+        commit_interval=args.commit_interval,
         loglevel=args.loglevel,
+        faust_loglevel=args.faust_loglevel,
         web_port=args.web_port,
         web_host=args.web_host,
     )

@@ -34,7 +34,15 @@ from schemas.codec import decode_verdict, encode_incident
 from schemas.topics import tenant_topics
 from schemas.verdicts import Verdict
 from streams.kafka import clients as kafka_clients
-from streams.faustapp.app import APP_DEFAULTS, Worker, connection_accepted, log_rebalances, web_port_free, web_settings
+from streams.faustapp.app import (
+    APP_DEFAULTS,
+    App,
+    Worker,
+    connection_accepted,
+    log_rebalances,
+    web_port_free,
+    web_settings,
+)
 from streams.fleet.incidents import count, fingerprint
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.fleet.tallies import Tallies
@@ -59,8 +67,14 @@ def _verdict(value: bytes, metrics: FleetMetrics) -> Verdict | None:
 def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faust.App:
     """The app: the decision topics (its own and the `tenants`', then each
     tenant found later) regrouped by fingerprint, the tally table, the
-    incident topic, and the sweep that forgets idle fingerprints."""
-    app = faust.App(
+    incident topic, and the sweep that forgets idle fingerprints.
+
+    It has the worker's flow control (`App`): with Faust's own, a restart
+    that recovered its tallies emptied the agents' queues after seeking to
+    the committed offsets, dropping the verdicts fetched during the seek, for
+    good where no offset was committed yet (docs/PROCESSING.md, "Three Faust
+    behaviours the worker corrects")."""
+    app = App(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
         **APP_DEFAULTS,
@@ -70,6 +84,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        broker_commit_interval=settings.commit_interval,
         **web_settings(settings.web_port, settings.web_host),
     )
     metrics = FleetMetrics()
@@ -177,7 +192,7 @@ def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.kafka.topics import TopicError, ensure, log_created, require_topic
 
-    logs.setup(settings.loglevel, "logfmt", library_level="warning")
+    logs.setup(settings.loglevel, "logfmt", library_level=settings.faust_loglevel)
     if not web_port_free(log, settings.web_port, settings.web_host):
         return 1
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):

@@ -22,14 +22,12 @@ import logging
 import os
 from typing import Any
 
-import faust
-from mode.utils.objects import cached_property
-from mode.utils.queues import FlowControlEvent
 
 from schemas.config import FleetConfig
 from schemas.policy import FleetPolicy
 from streams.kafka import clients as kafka_clients
 from streams.faustapp.app import (
+    App,
     APP_DEFAULTS,
     Worker,
     connection_accepted,
@@ -62,41 +60,14 @@ FETCH_OVERHEAD_BYTES = 64 * 1024
 PRODUCER_BATCH_BYTES = 512 * 1024
 
 
-class FlowControl(FlowControlEvent):
-    """Faust's flow control, emptying the agents' queues on ``resume`` only
-    when the flow really was suspended (faust-streaming 0.15.3).
-
-    Faust's ``resume()`` empties the queues every time it is called. After a
-    rebalance that needs no table recovery, Faust resumes the flow once when
-    recovery ends and again when the stream partitions are resumed; events
-    fetched in between would be dropped from the queue and, for a partition
-    with no committed offset, never fetched again (aiokafka only seeks back
-    when the committed offset is above 0). Queues hold events of an old
-    generation only after a suspension, so that is when they are emptied.
-    Events fetched twice are harmless: the engine ignores a seq it has seen.
-    """
-
-    def resume(self) -> None:
-        if not self.is_active():
-            super().resume()
-
-
-class WorkerApp(faust.App):
-    """The worker's Faust app: its flow control, and the intake its transport
-    (``loopwarden://``, streams/worker/transport.py) feeds the events topic to."""
+class WorkerApp(App):
+    """The worker's app: the intake its transport feeds the events topic to."""
 
     intake: Processor | None = None
     #: ``--fetch-hold`` in seconds (transport.FetchPacer); 0: never held.
     fetch_hold = 0.0
     #: ``--changelog-compression`` (transport.Producer.records_codec).
     changelog_compression = "none"
-    # Faust's own lines stay under the faust logger (held at --faust-loglevel);
-    # mode would otherwise name a subclass's logger after this module.
-    logger = logging.getLogger("faust.loopwarden.app")
-
-    @cached_property
-    def flow_control(self) -> FlowControlEvent:
-        return FlowControl(loop=self.loop)
 
 
 #: Young-generation collections every 50,000 net allocations instead of 700,

@@ -6,14 +6,17 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from builders import run_cli, unknown_tool_blocks
+from evidence import kept_dir, kept_on_failure
 from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, produce
-from schemas.codec import decode_incident, decode_verdict
+from schemas.codec import decode_incident, decode_tally, decode_verdict
 from streams.fleet.incidents import fingerprint
 from streams.worker.settings import Topics
 from schemas.topics import tenant_topics
+from streams.kafka import clients as kafka_clients
 from streams.kafka.topics import ensure, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -23,30 +26,66 @@ FLEET = ROOT / "examples" / "fleet-trace.jsonl"
 CONFIG = ROOT / "examples" / "loopwarden.json5"
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
-def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(broker, tmp_path, stop):
+@pytest.mark.parametrize(
+    ("stop", "commit_interval"),
+    [(signal.SIGTERM, "2.8s"), (signal.SIGKILL, "2.8s"), (signal.SIGKILL, "1h")],
+    ids=["stopped", "killed", "killed-uncommitted"],
+)
+def test_the_stage_publishes_what_the_offline_command_prints_across_a_restart(
+    broker, tmp_path, stop, commit_interval, request
+):
     """Events and decisions on one partition each, so the stage sees the
     verdicts in the order they were decided (see docs/FLEET.md): then every
     record, samples included, is the offline one. The stage is stopped (or
-    killed) half-way through the trace and started again on the same data dir."""
+    killed) half-way through the trace and started again on the same data dir.
+
+    Killed-uncommitted: killed before its first offset commit, so it restarts
+    with its tallies to recover from the changelog (RocksDB keeps no
+    write-ahead log) and no committed offset on any partition: the state the
+    killed stage was in whenever this test's restart counted nothing more."""
     offline = run_cli("--config", str(CONFIG), str(FLEET), command="incidents")
     assert offline.returncode == 0, offline.stderr
     expected = offline.stdout.splitlines()
     scopes = {decode_incident(line).scope for line in expected}
     assert len(expected) == 4 and scopes == {"fleet", "agent"}  # the trace has both kinds
-    lines = FLEET.read_bytes().splitlines()
     topics = names("fleet")
     regroup = f"{topics['app_id']}-fleet-fingerprint-repartition"
+    changelog = f"{topics['app_id']}-fleet-incidents-changelog"
+    with kept_on_failure(
+        lambda: kept_dir(request.node.nodeid),
+        broker.bootstrap,
+        logs=[tmp_path / "worker.log", tmp_path / "fleet.log"],
+        topics=[topics["events"], topics["decisions"], regroup, changelog, topics["incidents"]],
+        groups=[topics["app_id"], f"{topics['app_id']}-fleet"],
+        contents={regroup: describe_verdict, changelog: describe_tally, topics["incidents"]: describe_incident},
+    ):
+        across_a_restart(broker, tmp_path, stop, commit_interval, topics, expected, FLEET.read_bytes().splitlines())
+
+
+def across_a_restart(
+    broker, tmp_path, stop: int, commit_interval: str, topics: dict[str, str], expected: list[bytes], lines: list[bytes]
+):
+    """The scenario and its checks, inside the test's `kept_on_failure`."""
+    regroup = f"{topics['app_id']}-fleet-fingerprint-repartition"
+    group = f"{topics['app_id']}-fleet"
     with Worker(broker.bootstrap, topics, tmp_path, "worker", config=CONFIG, partitions=1) as worker:
         worker.wait_assigned()
-        stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+        # Faust's own steps (recovery, seek, flow) in the log a failure keeps.
+        faust_log = ["--faust-loglevel", "info"]
+        stage = FleetStage(
+            broker.bootstrap, topics, tmp_path, "fleet", extra=["--commit-interval", commit_interval, *faust_log]
+        )
+        stage.start()
         try:
             produce(broker.bootstrap, topics["decisions"], [b"not a verdict"], keys=[b"r"])  # skipped, logged
             produce(broker.bootstrap, topics["events"], lines[:600])
             before = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected[:2]}, 90)
             assert stage.stop(stop) == (0 if stop == signal.SIGTERM else -stop), stage.log()[-3000:]
+            if commit_interval == "1h":
+                with kafka_clients.admin(broker.bootstrap) as admin:
+                    assert admin.list_group_offsets({group: None})[group] == {}  # nothing committed
             produce(broker.bootstrap, topics["events"], lines[600:])
-            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet").start()
+            stage = FleetStage(broker.bootstrap, topics, tmp_path, "fleet", extra=faust_log).start()
             records = incidents_until(broker.bootstrap, topics["incidents"], {dedupe_key(x) for x in expected}, 120)
         finally:
             stage.stop()
@@ -113,6 +152,20 @@ def test_each_tenant_is_counted_apart_and_published_as_the_offline_command_print
     mine = {tenant: found for tenant, found in published.items() if tenant in expected}
     assert mine == {tenant: set(lines) for tenant, lines in expected.items()}, stage.log()[-4000:]
     assert {"-", first, later} <= {line["tenant"] for line in stage.lines("incident_open")}
+
+
+def describe_verdict(key: bytes | None, value: bytes | None) -> str:
+    verdict = decode_verdict(value or b"")
+    return f"{(key or b'').decode(errors='replace')} run={verdict.run_id} seq={verdict.seq} {verdict.decision}"
+
+
+def describe_tally(key: bytes | None, value: bytes | None) -> str:
+    shown = "tombstone" if value is None else msgspec.json.encode(decode_tally(value)).decode()
+    return f"{(key or b'').decode(errors='replace')} {shown}"
+
+
+def describe_incident(key: bytes | None, value: bytes | None) -> str:
+    return (value or b"").decode(errors="replace")
 
 
 def make_tenant_topics(bootstrap: str, tenant: str) -> None:

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import TopicPartition
-from kafka.errors import KafkaTimeoutError
+from kafka import OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaTimeoutError, RebalanceInProgressError
 
 from streams.kafka import clients as kafka_clients
 from streams.tools.broker import BrokerError, LocalBroker, is_reachable
@@ -56,13 +56,23 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:
+    """`count` records of the topic read in a new group, in offset order per
+    partition, then their offsets committed.
+
+    A commit made while the group rebalances is refused
+    (RebalanceInProgressError): the member must rejoin first, which its next
+    poll does, and may get its partitions back from their committed offsets.
+    So the records are kept by offset (one read again is the same record),
+    and after a refusal the offsets read are committed again only once a poll
+    has returned the member to the group, for the partitions it owns then.
+    """
     consumer = kafka_clients.consumer(
         bootstrap,
         group_id=group,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
-    got: list[bytes] = []
+    got: dict[TopicPartition, dict[int, bytes]] = {}
     try:
         # A deadline, not a number of polls: while the group is still being
         # joined a poll can return at once, and on a loaded machine the join
@@ -75,13 +85,23 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> l
         while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
             time.sleep(0.1)
         consumer.subscribe([topic])
-        while len(got) < count and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                got.extend(r.value for r in records)
-        consumer.commit()
+        committed = False
+        while not committed and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                got.setdefault(tp, {}).update((r.offset, r.value) for r in records)
+            if sum(map(len, got.values())) < count:
+                continue
+            owned = consumer.assignment()
+            try:
+                consumer.commit(
+                    {tp: OffsetAndMetadata(max(read) + 1, "", -1) for tp, read in got.items() if tp in owned}
+                )
+                committed = True
+            except RebalanceInProgressError:
+                pass  # the next poll rejoins the group
     finally:
         consumer.close()
-    return got
+    return [value for tp in sorted(got) for _, value in sorted(got[tp].items())]
 
 
 def _committed_total(bootstrap: str, group: str) -> int:

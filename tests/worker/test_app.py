@@ -5,21 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mode.utils.queues import FlowControlEvent, FlowControlQueue
+from mode.utils.queues import FlowControlEvent
 
-from streams.worker.app import FlowControl
+from helpers import queue_after_resumes
+from streams.faustapp.app import FlowControl
 from streams.worker.settings import Settings
-
-
-def queue_after_resumes(flow: FlowControlEvent, *, suspend_between: bool) -> int:
-    """Events left queued after a resume, a put, and a second resume."""
-    flow.resume()
-    queue: FlowControlQueue[int] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
-    queue.put_nowait(1)
-    if suspend_between:
-        flow.suspend()
-    flow.resume()
-    return queue.qsize()
 
 
 def test_a_resume_without_a_suspension_keeps_queued_events() -> None:
