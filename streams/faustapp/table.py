@@ -18,7 +18,7 @@ from faust.types import TP
 from rocksdict import WriteBatch, WriteOptions
 
 from schemas.codec import touched_at
-from streams.worker.seams import faust as faust_seams
+from streams.seams import faust as faust_seams
 
 STORE_URL = "loopwarden://"
 """The tables' store: ``TableStore``, registered under this scheme (the

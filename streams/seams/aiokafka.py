@@ -1,4 +1,4 @@
-"""aiokafka's non-public members that loopwarden relies on (see ``streams.worker.seams``)."""
+"""aiokafka's non-public members that loopwarden relies on (see ``streams.seams``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from streams.worker.seams import Seam, attribute, method
+from streams.seams import Seam, attribute, method
 
 __all__ = ["BatchBuilder", "CODECS", "RELIED_ON", "build", "set_fetch_wait"]
 

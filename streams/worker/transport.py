@@ -39,7 +39,7 @@ differs from the driver it extends:
 
 Faust offers no public hook for the fetch loop, the consumer thread or the
 poll; those, and the few other members of Faust, mode and aiokafka that are
-not public, are reached through ``streams.worker.seams`` (one module per
+not public, are reached through ``streams.seams`` (one module per
 package, each use with its reason), checked by tests/worker/test_seams.py
 against the pinned versions.
 """
@@ -60,9 +60,9 @@ from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
 
-from streams.worker.seams import aiokafka as aiokafka_seams
-from streams.worker.seams import faust as faust_seams
-from streams.worker.seams import mode as mode_seams
+from streams.seams import aiokafka as aiokafka_seams
+from streams.seams import faust as faust_seams
+from streams.seams import mode as mode_seams
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""

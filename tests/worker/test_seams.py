@@ -25,10 +25,10 @@ from mode.utils.logging import CompositeLogger
 
 from streams.kafka import clients as kafka_clients
 from streams.worker import transport
-from streams.worker.seams import Seam
-from streams.worker.seams import aiokafka as aiokafka_seams
-from streams.worker.seams import faust as faust_seams
-from streams.worker.seams import mode as mode_seams
+from streams.seams import Seam
+from streams.seams import aiokafka as aiokafka_seams
+from streams.seams import faust as faust_seams
+from streams.seams import mode as mode_seams
 
 MODULES = {"aiokafka": aiokafka_seams, "faust": faust_seams, "mode": mode_seams}
 SEAMS = [(package, seam) for package, module in MODULES.items() for seam in module.RELIED_ON]
@@ -101,7 +101,7 @@ def test_no_module_outside_the_seams_names_a_relied_on_private_member() -> None:
     """The seams are the only place: a relied-on name used anywhere else
     in the project's code, benchmarks or tests is a seam bypassed."""
     private = {seam.name for _, seam in SEAMS if seam.name.startswith("_") and not seam.name.startswith("__")}
-    seams_dir = REPO / "streams" / "worker" / "seams"
+    seams_dir = REPO / "streams" / "seams"
     bypassed = []
     for root in ("streams", "bench", "tests"):
         for path in (REPO / root).rglob("*.py"):
