@@ -55,7 +55,7 @@ def set_fetch_wait(consumer: AIOKafkaConsumer, min_bytes: int, max_wait_ms: int)
 def partition_records() -> type:
     """The class the fetcher reads each partition's fetched records through
     (looked up at each fetch), as it is now: aiokafka's or a replacement."""
-    return fetcher.PartitionRecords  # type: ignore[no-any-return]
+    return fetcher.PartitionRecords
 
 
 def replace_partition_records(cls: type) -> None:
@@ -74,7 +74,10 @@ RECORD_MODULES = (c_records, py_records)
 
 def replace_decoders(decoders: Mapping[str, Callable[[Any], bytes | bytearray]]) -> None:
     """Decompress every record batch read from now on with ``decoders`` (by
-    name, of ``DECODERS``): aiokafka takes no decoder of its own choosing."""
+    name, of ``DECODERS``): aiokafka has no setting for the decoders it uses."""
+    unknown = set(decoders) - set(DECODERS)
+    if unknown:
+        raise ValueError(f"not a decoder aiokafka's record modules call: {sorted(unknown)}")
     for module in RECORD_MODULES:
         for name, decode in decoders.items():
             setattr(module, name, decode)
