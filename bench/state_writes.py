@@ -26,7 +26,7 @@ import faust
 from rocksdict import WriteOptions
 
 from streams.kafka import clients as kafka_clients
-from streams.worker.seams.faust import partition_db
+from streams.seams.faust import partition_db
 from streams.faustapp.table import UNLOGGED
 
 

@@ -244,8 +244,10 @@ def consume(
     security: kafka_clients.KafkaSecurity = kafka_clients.PLAINTEXT,
 ) -> list[Any]:
     """Records of a topic from the beginning until ``count`` arrived (then
-    ``settle`` more seconds for stragglers), or ``timeout``; none while the
-    topic does not exist yet."""
+    ``settle`` more seconds for stragglers), or ``timeout``. A topic not
+    created yet is waited for within ``timeout``: a worker or stage under
+    load may create it late. One still missing then is a TimeoutError
+    naming it, not an empty list."""
     consumer = kafka_clients.consumer(
         bootstrap,
         security=security,
@@ -257,13 +259,10 @@ def consume(
     records: list[Any] = []
     try:
         deadline = time.monotonic() + timeout
-        partitions = None
-        while not partitions and time.monotonic() < deadline:
-            partitions = consumer.partitions_for_topic(topic)
-            if not partitions:
-                time.sleep(0.2)
-        if not partitions:
-            return records  # not created yet
+        while not (partitions := consumer.partitions_for_topic(topic)):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"topic {topic!r} has no partitions after {timeout} s: it was never created")
+            time.sleep(0.2)
         assignment = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assignment)
         consumer.seek_to_beginning(*assignment)
@@ -322,8 +321,8 @@ def incidents_until(
     """The incident topic's records once every wanted (dedupe) key is there, a second more for stragglers."""
     deadline = time.monotonic() + timeout
     records: list[bytes] = []
-    while time.monotonic() < deadline:
-        found = consume(bootstrap, topic, count=len(wanted), timeout=5, settle=1, security=security)
+    while (left := deadline - time.monotonic()) > 0:
+        found = consume(bootstrap, topic, count=len(wanted), timeout=left, settle=1, security=security)
         records = [r.value for r in found]
         if wanted <= {dedupe_key(r) for r in records}:
             break

@@ -10,8 +10,8 @@ workers start, get their partitions, and the clock runs from the first to
 the last verdict record (broker-side timestamps set by the worker's
 producer). events/s = trace events / that span; verdicts/s = verdicts /
 span. CPU = the workers' user+system seconds over the same interval.
-Settings are the worker's defaults, except --standby-replicas 0 (see
-bench/README.md) and whatever follows ``--``.
+Settings are the worker's defaults, except --standby-replicas 0 (why:
+bench/README.md, "Pipeline") and whatever follows ``--``.
 """
 
 from __future__ import annotations

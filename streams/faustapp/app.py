@@ -17,7 +17,7 @@ from streams import listen
 from streams.kafka import clients as kafka_clients
 from streams.faustapp.table import STORE_URL
 from streams.observability import logs
-from streams.worker.seams import faust as faust_seams
+from streams.seams import faust as faust_seams
 from streams.argtypes import format_duration
 
 #: What every loopwarden Faust app shares (the worker and the fleet stage):

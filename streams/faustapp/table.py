@@ -18,7 +18,7 @@ from faust.types import TP
 from rocksdict import WriteBatch, WriteOptions
 
 from schemas.codec import touched_at
-from streams.worker.seams import faust as faust_seams
+from streams.seams import faust as faust_seams
 
 STORE_URL = "loopwarden://"
 """The tables' store: ``TableStore``, registered under this scheme (the
@@ -61,7 +61,8 @@ class TableStore(faust_seams.Store):
 
     def write_in(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Put many values in one RocksDB write: one log record for all of
-        them, where a put each cost about twice the CPU (bench/README.md)."""
+        them, where a put each cost about twice the CPU
+        (bench/notes/2026-12-02-rocksdict-holds-the-gil.md)."""
         batch = WriteBatch(raw_mode=True)  # the store opens its databases in raw mode
         for key, value in items:
             batch.put(key, value)

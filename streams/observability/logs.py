@@ -137,10 +137,10 @@ def _transient_coordinator_noise(record: logging.LogRecord) -> bool:
 
 def quiet_service_loggers() -> None:
     """Make mode's per-service loggers check the level before formatting
-    (``streams.worker.seams.mode.check_level_first``): faust's services build
+    (``streams.seams.mode.check_level_first``): faust's services build
     each record's prefixed message before the standard logger looks at its
     level, so even suppressed debug records cost a string build on hot paths."""
-    from streams.worker.seams import mode as mode_seams  # mode only once a command logs through it
+    from streams.seams import mode as mode_seams  # mode only once a command logs through it
 
     mode_seams.check_level_first()
 

@@ -21,11 +21,11 @@ A batch that does not fit, or does not decompress at all, stands in the
 stream as one record at its last offset whose value is an ``Oversized`` (empty
 bytes no fetched record can be, naming the batch): the processor
 dead-letters it with that reason, the offsets of the whole batch are
-committed with it, and the records around it go on. Which aiokafka members
-this reaches (``fetcher.PartitionRecords``, the decoders' module globals,
-``DefaultRecord``) is listed with the others in streams/worker/transport.py's
-docstring; tests/worker/test_expansion.py reads real batches of each codec
-through them.
+committed with it, and the records around it go on. The aiokafka members
+this reaches (the fetcher's ``PartitionRecords``, the decoders' module
+globals, ``DefaultRecord``) come through ``streams.seams.aiokafka``, checked
+by tests/worker/test_seams.py; tests/worker/test_expansion.py reads real
+batches of each codec through them.
 """
 
 from __future__ import annotations
@@ -33,21 +33,19 @@ from __future__ import annotations
 import contextvars
 import zlib
 from collections.abc import Callable, Container, Iterator
-from types import ModuleType
 from typing import Any
 
 import cramjam
 from aiokafka import codec
-from aiokafka.consumer import fetcher
-from aiokafka.record import default_records as py_records
-from aiokafka.record._crecords import default_records as c_records
+
+from streams.seams import aiokafka as aiokafka_seams
 
 CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 #: A first buffer for lz4 and zstd: this many times the compressed size
 #: (JSON events compress a few times), grown eightfold up to the bound.
 FIRST_GUESS_RATIO = 4
 
-_UNBOUNDED = fetcher.PartitionRecords
+_UNBOUNDED = aiokafka_seams.partition_records()
 _bound: contextvars.ContextVar[int | None] = contextvars.ContextVar("loopwarden_batch_bound", default=None)
 
 
@@ -159,7 +157,7 @@ class _Batch:
             f"({CODEC_NAMES.get(batch.compression_type, batch.compression_type)}) does not decompress within "
             f"--max-batch-bytes {limit}: {why}"
         )
-        return c_records.DefaultRecord(last, batch.max_timestamp, batch.timestamp_type, None, value, [])
+        return aiokafka_seams.record(last, batch.max_timestamp, batch.timestamp_type, value)
 
 
 class _Records:
@@ -194,8 +192,5 @@ def install(topics: Container[str], limit: int) -> None:
                 records = _Records(records, tp.topic, tp.partition, limit)
             super().__init__(tp, records, *args)
 
-    fetcher.PartitionRecords = PartitionRecords  # type: ignore[misc]
-    modules: tuple[ModuleType, ...] = (c_records, py_records)
-    for module in modules:
-        for name, decode in _DECODERS.items():
-            setattr(module, name, decode)
+    aiokafka_seams.replace_partition_records(PartitionRecords)
+    aiokafka_seams.replace_decoders(_DECODERS)

@@ -20,8 +20,8 @@ differs from the driver it extends:
 - **No consumer thread.** Faust runs aiokafka in a thread of its own and
   asks it for each batch across two event loops; here aiokafka runs on the
   app's loop (``LoopConsumer``), as in a bare consume → produce relay, which
-  took most of a verdict's extra wait away (bench/README.md, "Decision
-  latency"). A seek to the committed offsets holds the fetch loop until it
+  took most of a verdict's extra wait away
+  (bench/notes/2026-12-02-consumer-on-the-loop.md). A seek to the committed offsets holds the fetch loop until it
   is done (``Consumer.perform_seek``), so that nothing fetched meanwhile is
   taken and then read again.
 - **Held fetches.** While events stream in, the broker is asked to hold
@@ -39,9 +39,12 @@ differs from the driver it extends:
 
 Faust offers no public hook for the fetch loop, the consumer thread or the
 poll; those, and the few other members of Faust, mode and aiokafka that are
-not public, are reached through ``streams.worker.seams`` (one module per
-package, each use with its reason), checked by tests/worker/test_seams.py
-against the pinned versions.
+not public, are reached through ``streams.seams`` (one module per package,
+each use with its reason), checked by tests/worker/test_seams.py against the
+pinned versions. So are the aiokafka members the decompression bound of the
+events topics replaces (the fetcher's ``PartitionRecords``, the record
+modules' decoders, streams/worker/expansion.py), which the app installs
+beside this transport.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
 
-from streams.worker.seams import aiokafka as aiokafka_seams
-from streams.worker.seams import faust as faust_seams
-from streams.worker.seams import mode as mode_seams
+from streams.seams import aiokafka as aiokafka_seams
+from streams.seams import faust as faust_seams
+from streams.seams import mode as mode_seams
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
@@ -87,7 +90,7 @@ class FetchPacer:
     one or two, each paying for a fetch request, its response and a trip
     through the fetch loop. A held fetch (``HOLD_MIN_BYTES``, up to ``hold``)
     gathers what arrives meanwhile: less CPU per event, a longer median wait
-    (bench/README.md, "Held fetches"). Idle, though, a held fetch comes back
+    (bench/notes/2026-12-02-held-fetches.md). Idle, though, a held fetch comes back
     empty every ``hold``: so fetches are held only while events arrive at two
     or more per hold, and released below one per hold, measured over ``window``.
     """
@@ -144,7 +147,7 @@ class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     partition while records it fetched wait unread, so each ask-and-answer,
     and every moment the thread waits for the GIL, came on top of the fetch:
     the largest part of a verdict's wait beyond a bare consume → produce relay
-    (bench/README.md, "Decision latency"). Here the consumer is an ordinary
+    (bench/notes/2026-12-02-consumer-on-the-loop.md). Here the consumer is an ordinary
     service on the app's loop, as in such a relay: calls Faust would queue to
     the thread are awaited where they are made, and the rebalance callbacks
     reach the app through Faust's own method queue, which works the same on
@@ -354,13 +357,13 @@ class Producer(driver.Producer):
     #: keeps up (a larger record goes in a batch of its own). A verdict sent
     #: meanwhile may share a produce request with one such batch, so it
     #: waits for that batch's transfer and append: at 512 KiB the
-    #: verdicts' p99 at 2,000 calls/s was half as long again (bench/README.md,
-    #: "Changelog batches that follow the load").
+    #: verdicts' p99 at 2,000 calls/s was half as long again
+    #: (bench/notes/2026-12-03-changelog-batches-follow-the-load.md).
     records_batch_bytes = 64 * 1024
     #: The same while the worker is behind (``behind``): its verdicts wait in
     #: the backlog then, not behind a batch, and a checkpoint's states go in
-    #: an eighth as many batches and produce requests (bench/README.md,
-    #: "Changelog batches that follow the load").
+    #: an eighth as many batches and produce requests
+    #: (bench/notes/2026-12-03-changelog-batches-follow-the-load.md).
     records_batch_bytes_behind = 512 * 1024
     #: The delivery of the last batch ``send_records`` handed over: while
     #: the caller keeps up the next waits for it.
@@ -397,7 +400,7 @@ class Producer(driver.Producer):
         where a checkpoint's batches of every partition used to share one
         with the verdicts, and the checkpoint's slices spread over those
         round trips instead of running back to back, which held the next
-        fetches (bench/README.md, "Kept: one changelog batch at a time").
+        fetches (bench/notes/2026-12-04-one-changelog-batch-at-a-time.md).
         Behind, the verdicts wait in the backlog instead, and the batches
         go as fast as the producer takes them."""
         producer = faust_seams.aiokafka_producer(self)

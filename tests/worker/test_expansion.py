@@ -5,23 +5,18 @@ tests/worker/test_hostile.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from aiokafka.consumer import fetcher
-from aiokafka.producer.message_accumulator import BatchBuilder
-from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
+from streams.seams import aiokafka as aiokafka_seams
 from streams.worker import expansion
 
 MIB = 1024 * 1024
 LIMIT = 2 * MIB
-CODECS = {
-    "gzip": DefaultRecordBatch.CODEC_GZIP,
-    "snappy": DefaultRecordBatch.CODEC_SNAPPY,
-    "lz4": DefaultRecordBatch.CODEC_LZ4,
-    "zstd": DefaultRecordBatch.CODEC_ZSTD,
-}
+CODECS = {name: aiokafka_seams.CODECS[name] for name in ("gzip", "snappy", "lz4", "zstd")}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,18 +25,24 @@ def bounded() -> None:
 
 
 def _batch(codec: int, values: list[bytes], base_offset: int = 40) -> bytes:
-    builder = BatchBuilder(256 * MIB, codec)
+    builder = aiokafka_seams.BatchBuilder(256 * MIB, codec)
     for value in values:
         builder.append(key=b"run", value=value, timestamp=None)
     builder.close()
-    data = bytearray(builder._build())
+    data = bytearray(aiokafka_seams.build(builder))
     data[0:8] = base_offset.to_bytes(8, "big")  # the broker's offsets (the CRC does not cover them)
     return bytes(data)
 
 
+def _records(topic: str, partition: int, batch: bytes, *, check_crcs: bool) -> Any:
+    """A partition's fetched records as the fetcher reads them (with the bound installed)."""
+    return aiokafka_seams.partition_records()(
+        TopicPartition(topic, partition), MemoryRecords(batch), [], 0, None, None, check_crcs, 0
+    )
+
+
 def _read(topic: str, batch: bytes) -> list[tuple[int, bytes]]:
-    records = fetcher.PartitionRecords(TopicPartition(topic, 3), MemoryRecords(batch), [], 0, None, None, True, 0)
-    return [(record.offset, record.value) for record in records]
+    return [(record.offset, record.value) for record in _records(topic, 3, batch, check_crcs=True)]
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -65,10 +66,7 @@ def test_a_batch_past_the_bound_is_one_stand_in_at_its_last_offset(codec: str) -
 def test_corrupt_compressed_data_is_a_stand_in_too() -> None:
     batch = bytearray(_batch(CODECS["zstd"], [b"a" * 1000]))
     batch[-20:] = bytes(20)  # the payload's tail; CRC checks are off below
-    records = fetcher.PartitionRecords(
-        TopicPartition("events", 0), MemoryRecords(bytes(batch)), [], 0, None, None, False, 0
-    )
-    [record] = list(records)
+    [record] = list(_records("events", 0, bytes(batch), check_crcs=False))
     assert record.value.__class__ is expansion.Oversized and "zstd" in record.value.reason
 
 

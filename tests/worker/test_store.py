@@ -18,7 +18,7 @@ import faust
 from faust.types import TP
 
 from streams.kafka import clients as kafka_clients
-from streams.worker.seams.faust import partition_db
+from streams.seams.faust import partition_db
 from streams.faustapp.table import TableStore
 
 CHANGELOG = TP("store-test-runs-changelog", 0)

@@ -20,7 +20,7 @@ from schemas.state import Record, RunState, StoredRun
 from streams.kafka import clients as kafka_clients
 from streams.tools.broker import LocalBroker
 from streams.kafka.topics import ensure
-from streams.worker.seams.faust import aiokafka_producer
+from streams.seams.faust import aiokafka_producer
 from streams.worker.settings import CHANGELOG_COMPRESSIONS
 from streams.worker.transport import CODECS, SCHEME, FetchPacer, KeyPartitioner, codec_for
 from helpers import consume

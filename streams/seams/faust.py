@@ -1,4 +1,4 @@
-"""faust-streaming's non-public members that loopwarden relies on (see ``streams.worker.seams``).
+"""faust-streaming's non-public members that loopwarden relies on (see ``streams.seams``).
 
 Faust's hooks here are private methods its own subclasses override; each
 class below overrides one and calls a public method of its own instead, so
@@ -19,7 +19,7 @@ from faust.transport.drivers import aiokafka as driver
 from faust.types import TP
 from faust.worker import Worker as FaustWorker
 
-from streams.worker.seams import Seam, attribute, method
+from streams.seams import Seam, attribute, method
 
 
 class ConsumerThread(driver.AIOKafkaConsumerThread):

@@ -1,4 +1,4 @@
-"""mode-streaming's non-public members that loopwarden relies on (see ``streams.worker.seams``)."""
+"""mode-streaming's non-public members that loopwarden relies on (see ``streams.seams``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from mode.services import Service
 from mode.threads import ServiceThread
 from mode.utils.logging import CompositeLogger
 
-from streams.worker.seams import Seam, attribute, method
+from streams.seams import Seam, attribute, method
 
 
 class LoopServiceThread(ServiceThread):
