@@ -144,7 +144,7 @@ def _topics_create(args: argparse.Namespace) -> int:
         security=security,
     )
     for state in states:
-        print(f"{'created' if state.created else 'exists '} {state.name} ({state.partitions} partitions)")
+        print(f"{'created' if state.created else 'exists '} {state.name} ({state.describe()})")
     return 0
 
 
