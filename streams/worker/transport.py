@@ -390,6 +390,8 @@ class IdempotentProducer(driver.Producer):
     """Faust's aiokafka producer, idempotent with acks=all whatever the
     processing guarantee (Faust asks for both only in transactions)."""
 
+    logger = faust_log
+
     def _settings_extra(self) -> Mapping[str, Any]:
         return {**super()._settings_extra(), **kafka_clients.DELIVERY}
 

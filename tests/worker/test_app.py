@@ -37,9 +37,10 @@ def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> N
     would otherwise log Faust's lifecycle lines under its own module's name."""
     from streams.worker.app import WorkerApp
     from streams.worker.store import RunStore
-    from streams.worker.transport import Consumer, LoopConsumer
+    from streams.worker.transport import Consumer, IdempotentProducer, LoopConsumer, Producer
 
-    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, LoopConsumer)}
+    classes = (WorkerApp, RunStore, Consumer, LoopConsumer, IdempotentProducer, Producer)
+    names = {cls.__name__: cls.logger.name for cls in classes}
     assert all(name.startswith("faust.") for name in names.values()), names
 
 
