@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import faust
@@ -50,6 +51,7 @@ from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, install
 from streams.tools.secure import private_dir
 from streams.worker.tenants import Found, TenantWatch, discover_at_start, key_prefix, split_key
+from streams.worker.transport import FLEET_SCHEME
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -76,11 +78,11 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
     behaviours the worker corrects")."""
     app = App(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=FLEET_SCHEME, security=settings.security),
         **APP_DEFAULTS,
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        topic_replication_factor=settings.replication_factor or 1,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
@@ -190,7 +192,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
-    from streams.kafka.topics import TopicError, ensure, log_created, require_topic
+    from streams.kafka.topics import TopicError, ensure, log_created, replication, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level=settings.faust_loglevel)
     if not web_port_free(log, settings.web_port, settings.web_host):
@@ -201,6 +203,8 @@ def run_fleet(settings: FleetSettings) -> int:
     # subscription would be assigned only at the next metadata refresh.
     try:
         require_topic(settings.bootstrap, settings.decisions_topic, security=settings.security)
+        replicas = replication(settings.bootstrap, settings.replication_factor, security=settings.security)
+        settings = replace(settings, replication_factor=replicas)
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),

@@ -8,7 +8,7 @@ override only public names.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import aiokafka
@@ -33,6 +33,18 @@ class ConsumerThread(driver.AIOKafkaConsumerThread):
 
     def polled(self) -> None:
         """A poll of aiokafka has returned (with records or without)."""
+
+
+class Producer(driver.Producer):
+    """Faust's aiokafka producer, with settings of its own added to those the aiokafka producer is made with."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        # The driver's only hook on the aiokafka producer's settings (its transactions' own).
+        return {**super()._settings_extra(), **self.extra_settings()}
+
+    def extra_settings(self) -> Mapping[str, Any]:
+        """Settings added to the aiokafka producer's."""
+        return {}
 
 
 def aiokafka_consumer(thread: driver.AIOKafkaConsumerThread) -> aiokafka.AIOKafkaConsumer:
@@ -129,6 +141,7 @@ RELIED_ON: tuple[Seam, ...] = (
     attribute(base_consumer.Consumer, "_read_offset", "the offsets taken, per partition"),
     method(base_consumer.Consumer, "_add_gap", ("self", "tp", "offset_from", "offset_to"), "offsets never streamed"),
     method(driver.Producer, "_ensure_producer", ("self",), "the aiokafka producer"),
+    method(driver.Producer, "_settings_extra", ("self",), "the aiokafka producer's extra settings"),
     attribute(conductor.Conductor, "_resubscribe_sleep_lock_seconds", "the resubscription delay", on_instance=False),
     method(rocksdb.Store, "_open_for_partition", ("self", "partition"), "a partition's database opened"),
     method(rocksdb.Store, "_db_for_partition", ("self", "partition"), "a partition's database by number"),

@@ -4,6 +4,13 @@ Registered under the ``loopwarden://`` broker scheme (the ``faust.transports``
 entry point in pyproject.toml), which only the worker's app uses. What
 differs from the driver it extends:
 
+- **An idempotent producer, acks=all.** Faust makes one only for
+  transactions; here it always is (``IdempotentProducer``), as every
+  producer of the project: on a replicated cluster a write survives a lost
+  broker, and the retries after a lost leader neither double nor reorder a
+  run's verdicts. The fleet stage's app keeps Faust's own consumer and takes
+  just this producer (``FleetTransport``, the ``loopwarden-fleet://`` scheme).
+
 - **Batched intake.** Faust delivers every fetched message on its own: two
   tasks to race the delivery against a flow suspension, the conductor's lock,
   an Event object, a channel queue, the stream iterator and its
@@ -66,9 +73,12 @@ from mode.utils.objects import cached_property
 from streams.seams import aiokafka as aiokafka_seams
 from streams.seams import faust as faust_seams
 from streams.seams import mode as mode_seams
+from streams.kafka import clients as kafka_clients
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
+FLEET_SCHEME = "loopwarden-fleet"
+"""The scheme of ``FleetTransport``, the fleet stage's."""
 
 # Faust's own lines stay under the faust logger (held at --faust-loglevel);
 # mode would otherwise name a subclass's logger after this module.
@@ -350,8 +360,18 @@ def codec_for(name: str) -> int:
     return code
 
 
-class Producer(driver.Producer):
-    """Faust's aiokafka producer, which can also send records a batch at a time."""
+class IdempotentProducer(faust_seams.Producer):
+    """Faust's aiokafka producer, idempotent with acks=all whatever the
+    processing guarantee (Faust asks for both only in transactions)."""
+
+    logger = faust_log
+
+    def extra_settings(self) -> Mapping[str, Any]:
+        return kafka_clients.DELIVERY
+
+
+class Producer(IdempotentProducer):
+    """The worker's producer, which can also send records a batch at a time."""
 
     #: Uncompressed bytes in one batch of ``send_records`` while the worker
     #: keeps up (a larger record goes in a batch of its own). A verdict sent
@@ -424,12 +444,9 @@ class Producer(driver.Producer):
             await asyncio.wait((last,))  # its failure is the caller's to see, through its own awaitable
         count = batch.record_count()
         batch.close()
-        if not self.app.in_transaction:
-            # Built (compressed) here, between yields; else the sender builds
-            # it with the next produce request, which the verdicts wait in.
-            # Faust's producer is idempotent in transactions (exactly_once),
-            # and an idempotent producer stamps its batches first, so builds them itself.
-            aiokafka_seams.build(batch)
+        # The sender builds (and compresses) the batch: the producer is
+        # idempotent (IdempotentProducer), and stamps its id and sequence on a
+        # batch before it is built.
         delivered = await producer.send_batch(batch, topic, partition=partition)
 
         async def last_offset() -> tuple[TP, int]:
@@ -456,3 +473,9 @@ class Transport(driver.Transport):
     Conductor = Conductor
     Consumer = Consumer
     Producer = Producer
+
+
+class FleetTransport(driver.Transport):
+    """Faust's aiokafka transport with the idempotent producer: the fleet stage's."""
+
+    Producer = IdempotentProducer
