@@ -20,7 +20,6 @@ from typing import Any
 
 import faust
 import pytest
-from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer.fetcher import Fetcher
 from aiokafka.consumer.subscription_state import SubscriptionState
@@ -49,7 +48,7 @@ async def real_instances() -> list[Any]:
     consumer = app.consumer  # the worker's transport: its Consumer and its LoopConsumer
     client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
     fetcher = Fetcher(client, SubscriptionState())
-    aiokafka_consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+    aiokafka_consumer = kafka_clients.aio_consumer("127.0.0.1:1")
     await fetcher.close()
     await client.close()
     await aiokafka_consumer.stop()
