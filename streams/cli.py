@@ -144,7 +144,7 @@ def _topics_create(args: argparse.Namespace) -> int:
         security=security,
     )
     for state in states:
-        print(f"{'created' if state.created else 'exists '} {state.name} ({state.partitions} partitions)")
+        print(f"{'created' if state.created else 'exists '} {state.name} ({state.describe()})")
     return 0
 
 
@@ -541,9 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     broker = add_command(
         commands,
         "broker",
-        help="install, start, stop or query the local single-node Kafka broker",
-        description="Install, start, stop or query the local single-node Kafka broker. "
-        "`start` leaves it running in the background and prints its bootstrap address.",
+        help="install, start, stop or query a local Kafka broker (or a local cluster: --nodes 3)",
+        description="Install, start, stop or query a local Kafka broker, or a local cluster of several nodes "
+        "(`start --nodes 3`). `start` leaves it running in the background and prints its bootstrap address "
+        "(every node's, comma-separated, for a cluster) on its last line.",
     )
     add_broker_commands(broker)
     broker.set_defaults(run=_broker)

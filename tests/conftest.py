@@ -2,6 +2,8 @@
 
 One broker serves the whole session: a JVM start costs seconds, while
 topics and consumer groups with unique names keep the tests independent.
+The same goes for the three-node cluster, started by the first test that
+asks for it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from streams.tools.broker import LocalBroker, install
+from streams.tools.cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +39,17 @@ def secure_broker(kafka_lib: Path) -> Iterator[LocalBroker]:
     and `DATA_DIR/secrets/*.env` give a client's settings."""
     with LocalBroker(lib_dir=kafka_lib, secure=True) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def _running_cluster(kafka_lib: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(lib_dir=kafka_lib) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(_running_cluster: LocalCluster) -> LocalCluster:
+    """A three-node KRaft cluster (streams/tools/cluster.py) shared by the
+    session, every node serving when a test gets it: a test may SIGKILL a
+    node (`cluster.kill(n)`) and leave it down; the next one gets it back."""
+    return _running_cluster.start()

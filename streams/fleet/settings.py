@@ -15,6 +15,7 @@ from streams.listen import WEB_HOST, port
 from streams.worker.settings import (
     DATA_DIR_ENV,
     DEFAULT_PARTITIONS,
+    add_replication_option,
     add_web_host_option,
     default_bootstrap,
     duration,
@@ -93,7 +94,7 @@ class FleetSettings:
     partitions: int = DEFAULT_PARTITIONS
     data_dir: Path = Path("data/fleet")
     standby_replicas: int = 1
-    replication_factor: int = 1
+    replication_factor: int | None = None  # None: from the cluster (streams.worker.topics.replication)
     ttl: float = 3 * 3600.0
     tenant_refresh: float = 30.0  # 0: read only --decisions-topic
     session_timeout: float = 30.0
@@ -141,9 +142,7 @@ def add_fleet_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--standby-replicas", type=non_negative_int, default=1, help="warm copies of each table partition (default 1)"
     )
-    parser.add_argument(
-        "--replication-factor", type=positive_int, default=1, help="for the topics the stage creates (default 1)"
-    )
+    add_replication_option(parser, "for the topics the stage creates")
     parser.add_argument(
         "--ttl",
         type=duration,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import faust
@@ -85,7 +86,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
         **APP_DEFAULTS,
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
+        topic_replication_factor=settings.replication_factor or 1,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
@@ -197,7 +198,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
 def run_fleet(settings: FleetSettings) -> int:
     """`loopwarden fleet`: run the stage until stopped; the process exit code."""
     from streams.worker.app import Worker, connection_accepted, web_port_free
-    from streams.worker.topics import TopicError, ensure, log_created, require_topic
+    from streams.worker.topics import TopicError, ensure, log_created, replication, require_topic
 
     logs.setup(settings.loglevel, "logfmt", library_level="warning")
     if not web_port_free(log, settings.web_port, settings.web_host):
@@ -208,6 +209,8 @@ def run_fleet(settings: FleetSettings) -> int:
     # subscription would be assigned only at the next metadata refresh.
     try:
         require_topic(settings.bootstrap, settings.decisions_topic, security=settings.security)
+        replicas = replication(settings.bootstrap, settings.replication_factor, security=settings.security)
+        settings = replace(settings, replication_factor=replicas)
         own = [
             (settings.repartition_topic, settings.partitions, {}),
             (settings.incidents_topic, settings.partitions, {}),

@@ -10,6 +10,8 @@ One JVM plays both KRaft roles (broker and controller) and listens on
 127.0.0.1 only. ``LocalBroker`` starts and stops it from Python;
 ``loopwarden broker start|stop|status|install`` does the same across
 processes, keeping a pid file and the bootstrap address in the data dir.
+A ``LocalBroker`` can also be one voter of a local cluster
+(streams/tools/cluster.py, ``broker start --nodes 3``).
 
 This module uses only the standard library and kafka-python (no Faust), so
 any tool or test can use it.
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -53,8 +55,11 @@ __all__ = [
     "install",
     "is_reachable",
     "kafka_version",
+    "new_cluster_id",
     "run_broker_command",
+    "running_pid",
     "stop_pid",
+    "stop_pids",
 ]
 
 # Package data (pyproject.toml), so an installed wheel runs a broker outside the checkout.
@@ -280,18 +285,26 @@ def stop_pid(pid: int, timeout: float = 20.0) -> bool:
     """SIGTERM ``pid`` (Kafka then shuts down cleanly and flushes its logs),
     SIGKILL it if still alive after ``timeout`` s. True if it had to be killed.
     """
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+    return bool(stop_pids([pid], timeout))
+
+
+def stop_pids(pids: Sequence[int], timeout: float = 20.0) -> set[int]:
+    """``stop_pid`` for several processes at once: all get SIGTERM together
+    (the nodes of a cluster, stopped one after the other, would each wait for
+    the quorum the previous ones took away); returns those that had to be killed."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    killed: set[int] = set()
+    while living := [pid for pid in pids if _alive(pid)]:
         if time.monotonic() >= deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.05)
-            return True
+            for pid in living:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            killed.update(living)
         time.sleep(0.05)
-    return False
+    return killed
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -305,7 +318,7 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _new_cluster_id() -> str:
+def new_cluster_id() -> str:
     """Kafka's own id format: 16 random bytes, URL-safe base64, no padding
     (Kafka rejects ids it would print with a leading '-')."""
     while True:
@@ -364,6 +377,11 @@ class LocalBroker:
     broker 2.0-2.9 s of CPU with C1 alone, 2.4-3.5 s with C2 as well), but a
     long broker-bound benchmark may want ``quick_jit=False``.
 
+    ``quorum`` (node id -> controller port, this node's among them) makes
+    it one node of a local cluster (streams/tools/cluster.py): the nodes
+    share ``cluster_id`` and each keeps its controller port, which the others
+    know it by. The internal topics then get up to three replicas.
+
     ``secure=True`` runs the broker of docs/SECURITY.md: one SASL_SSL
     listener (SCRAM-SHA-512), the StandardAuthorizer and the ACLs of the
     gateway and worker roles, with the CA, the passwords and the clients'
@@ -384,9 +402,15 @@ class LocalBroker:
         jvm_args: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         secure: bool = False,
+        quorum: Mapping[int, int] | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.port = port
-        self.controller_port: int | None = None
+        self.quorum = dict(quorum or {})
+        if self.quorum and node_id not in self.quorum:
+            raise BrokerError(f"node {node_id} is not one of the quorum's voters {sorted(self.quorum)}")
+        self.controller_port: int | None = self.quorum.get(node_id)
+        self.cluster_id = cluster_id
         self._temp = data_dir is None
         self.data_dir = Path(data_dir).resolve() if data_dir else None
         self.lib_dir = lib_dir
@@ -439,6 +463,14 @@ class LocalBroker:
         Raises BrokerError (with the tail of the broker log) if the JVM exits
         or is not serving within ``startup_timeout`` seconds.
         """
+        started = self.launch()
+        self.wait_ready(started)
+        return self
+
+    def launch(self) -> float:
+        """Start the JVM without waiting for it (the nodes of a cluster wait
+        for each other's votes, so all are launched before any is ready);
+        returns when, for ``wait_ready``."""
         if self.running:
             raise BrokerError(f"broker already running (pid {self.pid})")
         lib = self.lib_dir or install()
@@ -446,13 +478,16 @@ class LocalBroker:
             self.port = free_port()
         elif not _port_free(self.port):
             raise BrokerError(f"port 127.0.0.1:{self.port} is already in use")
-        while self.controller_port in (None, self.port) or not _port_free(self.controller_port):
-            self.controller_port = free_port()
+        if self.quorum:
+            if not _port_free(self.controller_port or 0):
+                raise BrokerError(f"controller port 127.0.0.1:{self.controller_port} is already in use")
+        else:
+            while self.controller_port in (None, self.port) or not _port_free(self.controller_port):
+                self.controller_port = free_port()
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="loopwarden-kafka-")).resolve()
         data = secure.private_dir(self._dir)
         secure.private_dir(data / LOG_DIR)
-
         try:
             if self.secure:
                 secure.make_secrets(data)
@@ -461,15 +496,24 @@ class LocalBroker:
                 self._format(lib)
             started = time.monotonic()
             self._launch(lib)
+        except BaseException:
+            self.stop(timeout=5.0)
+            raise
+        return started
+
+    def wait_ready(self, started: float) -> None:
+        """Block until the launched broker serves metadata; BrokerError (with
+        the tail of its log, the JVM stopped) if it exits or is not serving
+        within ``startup_timeout`` seconds of ``started``."""
+        try:
             self._wait_ready(started)
             if self.secure:
-                secure.grant(data, self.bootstrap)
+                secure.grant(self._dir, self.bootstrap)
         except BaseException:
             # The error already carries the log tail; a temp dir goes away.
             self.stop(timeout=5.0)
             raise
         log.info("Kafka ready at %s in %.1fs (pid %s)", self.bootstrap, time.monotonic() - started, self.pid)
-        return self
 
     def stop(self, timeout: float = 20.0, *, remove_data: bool | None = None, kill: bool = False) -> None:
         """Stop the JVM: SIGTERM, then SIGKILL after ``timeout`` s.
@@ -564,11 +608,16 @@ class LocalBroker:
 
     def _write_configs(self) -> None:
         data = self._dir
+        quorum = self.quorum or {self.node_id: self.controller_port}
+        replicas = min(3, len(quorum))
         text = string.Template(TEMPLATE.read_text()).substitute(
             listener="SASL_SSL" if self.secure else "PLAINTEXT",
             node_id=self.node_id,
             port=self.port,
             controller_port=self.controller_port,
+            voters=",".join(f"{node}@127.0.0.1:{port}" for node, port in sorted(quorum.items())),
+            internal_replicas=replicas,
+            internal_min_isr=min(2, replicas),
             log_dir=data / KRAFT_DIR,
         )
         if self.secure:
@@ -593,7 +642,7 @@ class LocalBroker:
                 STORAGE_TOOL,
                 "format",
                 "-t",
-                _new_cluster_id(),
+                self.cluster_id or new_cluster_id(),
                 "-c",
                 str(data / SERVER_PROPERTIES),
                 *users,
@@ -644,10 +693,19 @@ def _read_pid(data_dir: Path) -> int | None:
         return None
 
 
-def _running_pids(data_dir: Path) -> Iterator[int]:
+def running_pid(data_dir: Path) -> int | None:
+    """The pid of the broker running on ``data_dir`` (from its pid file,
+    checked to be that broker's JVM), else None."""
     pid = _read_pid(data_dir)
     if pid is not None and _alive(pid) and _is_our_broker(pid, data_dir):
-        yield pid
+        return pid
+    return None
+
+
+def _node_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of nodes (1 or more), got {text!r}")
+    return int(text)
 
 
 def add_broker_commands(parser: argparse.ArgumentParser) -> None:
@@ -656,17 +714,27 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     ``start`` leaves the JVM running in the background and prints its
     bootstrap address; the data dir then holds ``broker.pid`` and
     ``bootstrap`` so that ``stop``/``status`` work from any later process.
+    With ``--nodes N`` it starts a local cluster (streams/tools/cluster.py)
+    and prints every node's address on its last line.
     """
     sub = parser.add_subparsers(dest="broker_command", required=True, metavar="ACTION")
     p_install = add_command(sub, "install", help="fetch the jars; print the lib dir")
     p_install.add_argument("--cache-dir", type=Path, help="where the jars are kept (default ~/.cache/loopwarden)")
-    p_start = add_command(sub, "start", help="start a broker in the background")
+    p_start = add_command(sub, "start", help="start a broker (or a cluster's missing nodes) in the background")
     p_start.add_argument(
         "--data-dir", type=Path, required=True, help="the broker's log and state; stop and status name it again"
     )
-    p_start.add_argument("--port", type=port, help="default: a free port")
-    p_start.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
-    p_start.add_argument("--heap", default="512m", help="JVM -Xmx (default 512m)")
+    p_start.add_argument(
+        "--nodes",
+        type=_node_count,
+        help="a local cluster of this many nodes, each its own JVM and ports, in DATA_DIR/node-N "
+        "(default 1, or the cluster DATA_DIR already holds)",
+    )
+    p_start.add_argument("--port", type=port, help="default: a free port (a single node only)")
+    p_start.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for ready (default 60, 120 for a cluster)"
+    )
+    p_start.add_argument("--heap", help="JVM -Xmx (default 512m, 384m per node of a cluster)")
     p_start.add_argument(
         "--secure",
         action="store_true",
@@ -676,11 +744,16 @@ def add_broker_commands(parser: argparse.ArgumentParser) -> None:
     p_start.add_argument(
         "--full-jit", action="store_true", help="use the optimizing JIT too: slower start, faster peak (benchmarks)"
     )
-    p_stop = add_command(sub, "stop", help="stop the broker of a data dir")
+    p_stop = add_command(sub, "stop", help="stop the broker (every node of a cluster) of a data dir")
     p_stop.add_argument("--data-dir", type=Path, required=True, help="the data dir the broker was started with")
     p_stop.add_argument("--timeout", type=float, default=20.0, help="seconds before SIGKILL")
     p_stop.add_argument("--remove", action="store_true", help="delete the data dir too")
-    p_status = add_command(sub, "status", help="print the bootstrap; exit 1 if not serving")
+    p_status = add_command(
+        sub,
+        "status",
+        help="print the bootstrap, or for a cluster one line per node (node N pid P HOST:PORT up|down); "
+        "exit 1 if not all serving",
+    )
     p_status.add_argument("--data-dir", type=Path, required=True, help="the data dir the broker was started with")
 
 
@@ -693,14 +766,26 @@ def run_broker_command(args: argparse.Namespace) -> int:
             print(install(args.cache_dir))
             return 0
         data_dir = args.data_dir.resolve()
+        from streams.tools import cluster
+
+        if args.broker_command == "start" and ((args.nodes or 1) > 1 or cluster.read_layout(data_dir)):
+            if args.secure:
+                raise BrokerError("--secure runs a single node only: drop --nodes, or --secure")
+            if args.port is not None:
+                raise BrokerError("--port names a single node's port; a cluster's nodes get free ports")
+            return cluster.start_command(data_dir, args.nodes, args.timeout, args.heap, not args.full_jit)
+        if cluster.read_layout(data_dir):
+            if args.broker_command == "stop":
+                return cluster.stop_command(data_dir, args.timeout, args.remove)
+            return cluster.status_command(data_dir)
         if args.broker_command == "start":
-            for pid in _running_pids(data_dir):
+            if (pid := running_pid(data_dir)) is not None:
                 raise BrokerError(f"a broker already runs on {data_dir} (pid {pid})")
             broker = LocalBroker(
                 args.port,
                 data_dir,
-                startup_timeout=args.timeout,
-                heap=args.heap,
+                startup_timeout=args.timeout or 60.0,
+                heap=args.heap or "512m",
                 quick_jit=not args.full_jit,
                 secure=args.secure,
             )
@@ -709,7 +794,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
             print(broker.bootstrap)
             return 0
         if args.broker_command == "stop":
-            for pid in _running_pids(data_dir):
+            if (pid := running_pid(data_dir)) is not None:
                 stop_pid(pid, args.timeout)
             with contextlib.suppress(FileNotFoundError):
                 (data_dir / PID_FILE).unlink()
@@ -719,7 +804,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
         # status
         bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() if (data_dir / BOOTSTRAP_FILE).exists() else ""
         security = secure.admin_security(data_dir) or PLAINTEXT
-        if any(_running_pids(data_dir)) and is_reachable(bootstrap, 3.0, security):
+        if running_pid(data_dir) is not None and is_reachable(bootstrap, 3.0, security):
             print(bootstrap)
             return 0
         print("not running", file=sys.stderr)

@@ -288,7 +288,9 @@ def _page_argv(settings: Settings, port: int, page_security: KafkaSecurity) -> t
     topics = settings.topics
     common = ["--bootstrap", settings.bootstrap, "--decisions-topic", topics.decisions]
     fleet = ["fleet", *common, "--data-dir", str(settings.data_dir.parent / "fleet")]
-    fleet += ["--replication-factor", str(topics.replication_factor), *settings.security.argv()]
+    if topics.replication_factor is not None:
+        fleet += ["--replication-factor", str(topics.replication_factor)]
+    fleet += settings.security.argv()
     page = ["dashboard", *common, "--events-topic", topics.events, "--port", str(port), "--from", "earliest"]
     for flag, path in (("--config", settings.config_path), ("--policy", settings.policy_path)):
         if path:
@@ -342,7 +344,7 @@ def run_up(args: argparse.Namespace) -> int:
         if args.secure:
             settings, gateway_security, page_security = _secure_roles(_broker_dir(args.broker_dir), settings)
         for state in ensure_topics(settings.bootstrap, settings.topics, security=settings.security):
-            _say(f"topic {state.name}: {state.partitions} partitions{' (created)' if state.created else ''}")
+            _say(f"topic {state.name}: {state.describe()}{' (created)' if state.created else ''}")
         private_dir(settings.data_dir)
         if not args.demo:
             _say("starting the worker; Ctrl-C stops everything")

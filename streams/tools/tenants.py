@@ -103,7 +103,7 @@ def add_tenant(
         states = ensure(
             bootstrap,
             [(events, partitions, {}), (decisions, decisions_partitions or partitions, {})],
-            1,
+            None,  # as many replicas as the cluster allows, as the project's own topics
             security=admin_security,
         )
     except TopicError as exc:

@@ -20,6 +20,7 @@ import gc
 import logging
 import os
 import threading
+from dataclasses import replace
 from typing import Any
 
 import faust
@@ -152,7 +153,12 @@ def create_app(
 ) -> tuple[WorkerApp, Processor]:
     """The Faust app with its topics, table, processing task and timers.
     With a `--tenant-refresh`, `tenants` (`streams.worker.tenants.discover`)
-    are served from the start, and new ones looked for every refresh."""
+    are served from the start, and new ones looked for every refresh.
+    `settings.topics.replication_factor` (resolved by `run_worker`) is what
+    Faust creates the table's changelog with."""
+    from streams.worker.topics import replication_configs
+
+    replicas = settings.topics.replication_factor or 1
     app = WorkerApp(
         settings.app_id,
         **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
@@ -160,7 +166,7 @@ def create_app(
         datadir=str(settings.data_dir),
         processing_guarantee=settings.processing_guarantee,
         topic_partitions=events_partitions,
-        topic_replication_factor=settings.topics.replication_factor,
+        topic_replication_factor=replicas,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
@@ -192,6 +198,7 @@ def create_app(
         value_type=bytes,
         partitions=events_partitions,
         help="per-run loop-detection state (StoredRun, msgpack)",
+        extra_topic_configs=replication_configs(replicas),
         options={
             "write_buffer_size": 4 * 1024 * 1024,
             "max_write_buffer_number": 2,
@@ -370,7 +377,7 @@ def run_worker(settings: Settings) -> int:
     """
     from schemas.configfile import ROLLING_OFF, load_config, rolling_off
     from schemas.policyfile import load_policy
-    from streams.worker.topics import TopicError, ensure_topics, log_created, require_topic
+    from streams.worker.topics import TopicError, ensure_topics, log_created, replication, require_topic
 
     logs.setup(settings.loglevel, settings.log_format, library_level=settings.faust_loglevel)
     resolved = load_config(settings.config_path)
@@ -389,6 +396,8 @@ def run_worker(settings: Settings) -> int:
     if not connection_accepted(log, settings.bootstrap, settings.security, timeout=settings.connect_timeout):
         return 2
     try:
+        replicas = replication(settings.bootstrap, settings.topics.replication_factor, security=settings.security)
+        settings = settings.with_(topics=replace(settings.topics, replication_factor=replicas))
         if settings.create_topics:
             states = ensure_topics(settings.bootstrap, settings.topics, security=settings.security)
             log_created(log, states)
@@ -432,6 +441,7 @@ def run_worker(settings: Settings) -> int:
         deadletter=settings.topics.deadletter,
         tenants=",".join(sorted(tenants[0])) or "none",
         partitions=partitions,
+        replicas=settings.topics.replication_factor,
         guarantee=settings.processing_guarantee,
         changelog_compression=settings.changelog_compression,
         standby_replicas=settings.standby_replicas,

@@ -90,7 +90,7 @@ class Topics:
     partitions: int = DEFAULT_PARTITIONS
     decisions_partitions: int | None = None  # None: same as the events topic
     deadletter_partitions: int | None = None  # None: same as the events topic
-    replication_factor: int = 1
+    replication_factor: int | None = None  # None: from the cluster (streams.worker.topics.replication)
 
     def plan(self) -> list[tuple[str, int]]:
         """(name, partitions) of each topic, events first."""
@@ -244,7 +244,17 @@ def add_topic_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--decisions-partitions", type=positive_int, help="default: same as --partitions")
     group.add_argument("--deadletter-partitions", type=positive_int, help="default: same as --partitions")
-    group.add_argument("--replication-factor", type=positive_int, default=1, help="for created topics (default 1)")
+    add_replication_option(group, "for created topics")
+
+
+def add_replication_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """--replication-factor: by default, what the cluster allows (docs/OPERATIONS.md, "A replicated cluster")."""
+    parser.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        help=f"{what} (default: one replica per broker up to 3, with min.insync.replicas=2 at 3; "
+        "counted at start-up from the cluster metadata)",
+    )
 
 
 def topics_from_args(args: argparse.Namespace) -> Topics:
@@ -452,8 +462,6 @@ def worker_argv(settings: Settings) -> list[str]:
         topics.deadletter,
         "--partitions",
         str(topics.partitions),
-        "--replication-factor",
-        str(topics.replication_factor),
         "--data-dir",
         str(settings.data_dir),
         "--standby-replicas",
@@ -497,6 +505,8 @@ def worker_argv(settings: Settings) -> list[str]:
         "--faust-loglevel",
         settings.faust_loglevel,
     ]
+    if topics.replication_factor is not None:
+        argv += ["--replication-factor", str(topics.replication_factor)]
     if topics.decisions_partitions:
         argv += ["--decisions-partitions", str(topics.decisions_partitions)]
     if topics.deadletter_partitions:

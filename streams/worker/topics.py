@@ -7,6 +7,11 @@ start-up and by ``loopwarden up``. Uses kafka-python's admin client (no Faust). 
 already exists is left as it is; its partition count is reported, because the
 worker sizes its table (and the table's changelog) from the events topic that
 really exists.
+
+Unless a replication factor is given, it follows the cluster (``replication``):
+three replicas once there are three brokers, with ``min.insync.replicas=2``,
+so that a write acknowledged by all in-sync replicas (``acks=all``) survives
+the loss of any one broker, and one broker down stops no producer.
 """
 
 from __future__ import annotations
@@ -64,6 +69,12 @@ class TopicState:
     name: str
     partitions: int
     created: bool
+    replicas: int = 1
+
+    def describe(self) -> str:
+        """`12 partitions`, and the replicas when there are more than one: `12 partitions, 3 replicas`."""
+        replicas = f", {self.replicas} replicas" if self.replicas > 1 else ""
+        return f"{self.partitions} partitions{replicas}"
 
 
 def admin_client(bootstrap: str, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT):
@@ -85,17 +96,62 @@ def connected_admin(bootstrap: str, timeout: float, security: KafkaSecurity):
         raise TopicError(f"cannot reach Kafka at {bootstrap}: {kafka_clients.describe_error(exc)}") from None
 
 
+#: Replicas of a topic on a cluster large enough: one broker may be lost
+#: (and another be restarted meanwhile) without losing an acknowledged write.
+REPLICAS = 3
+#: In-sync replicas a write needs with three replicas: one broker down still takes writes.
+MIN_INSYNC_REPLICAS = 2
+
+
+def replication_factor(brokers: int) -> int:
+    """The replication factor topics get on a cluster of `brokers`: one per
+    broker, up to `REPLICAS`."""
+    return max(1, min(REPLICAS, brokers))
+
+
+def replication_configs(factor: int) -> dict[str, str]:
+    """The topic configs that go with `factor` replicas: `min.insync.replicas`
+    once there are `REPLICAS` (below that the broker's default, 1)."""
+    return {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)} if factor >= REPLICAS else {}
+
+
+def broker_count(admin) -> int:
+    """Brokers in the cluster metadata (those up now)."""
+    return len(admin.describe_cluster().get("brokers", []))
+
+
+def replication(
+    bootstrap: str, requested: int | None, *, timeout: float = ADMIN_TIMEOUT, security: KafkaSecurity = PLAINTEXT
+) -> int:
+    """`requested` if given (an explicit --replication-factor wins), else the
+    factor for the brokers the cluster metadata lists now."""
+    if requested is not None:
+        return requested
+    admin = connected_admin(bootstrap, timeout, security)
+    try:
+        return replication_factor(broker_count(admin))
+    except Exception as exc:
+        raise TopicError(f"cannot read the brokers of {bootstrap}: {kafka_clients.describe_error(exc)}") from None
+    finally:
+        admin.close()
+
+
 def partitions_of(admin, names: Iterable[str], security: KafkaSecurity = PLAINTEXT) -> dict[str, int]:
     """Partition counts of the topics that exist (missing ones are left out);
     TopicError for a topic the principal may not describe, which the broker
     reports whether it exists or not."""
-    wanted = list(names)
-    found: dict[str, int] = {}
-    for topic in admin.describe_topics(wanted):
+    return {name: partitions for name, (partitions, _) in _shapes(admin, names, security).items()}
+
+
+def _shapes(admin, names: Iterable[str], security: KafkaSecurity) -> dict[str, tuple[int, int]]:
+    """`partitions_of`, with each topic's replica count beside its partition count."""
+    found: dict[str, tuple[int, int]] = {}
+    for topic in admin.describe_topics(list(names)):
         if topic.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
             raise TopicNotAuthorized(not_authorized(f"describe topic {topic['name']}", security))
         if topic.get("error_code", 0) == 0 and topic.get("partitions"):
-            found[topic["name"]] = len(topic["partitions"])
+            parts = topic["partitions"]
+            found[topic["name"]] = (len(parts), max(len(part["replica_nodes"]) for part in parts))
     return found
 
 
@@ -141,20 +197,28 @@ def ensure_project_topics(
 def ensure(
     bootstrap: str,
     plan: list[tuple[str, int, dict[str, str]]],
-    replication_factor: int,
+    replicas: int | None,
     *,
     timeout: float = ADMIN_TIMEOUT,
     security: KafkaSecurity = PLAINTEXT,
 ) -> list[TopicState]:
     """Create whichever topics of `plan` (name, partitions, configs) are
-    missing; describe them all, in the plan's order."""
+    missing, with `replicas` (None: as many as the cluster's brokers, up to
+    3, `replication_factor`) and the configs that go with them; describe them
+    all, in the plan's order."""
     admin = connected_admin(bootstrap, timeout, security)
     try:
-        existing = partitions_of(admin, [name for name, _, _ in plan], security)
+        existing = _shapes(admin, [name for name, _, _ in plan], security)
+        missing_names = [name for name, _, _ in plan if name not in existing]
+        factor = replicas or (replication_factor(broker_count(admin)) if missing_names else 1)
         missing = {
-            name: {"num_partitions": partitions, "replication_factor": replication_factor, "configs": configs}
+            name: {
+                "num_partitions": partitions,
+                "replication_factor": factor,
+                "configs": {**replication_configs(factor), **configs},
+            }
             for name, partitions, configs in plan
-            if name not in existing
+            if name in missing_names
         }
         created: set[str] = set()
         if missing:
@@ -167,12 +231,13 @@ def ensure(
                     message = entry.get("error_message") or f"error code {code}"
                     raise TopicError(f"cannot create topic {entry['name']}: {message}")
             admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
-            existing.update(partitions_of(admin, missing, security))
+            existing.update(_shapes(admin, missing, security))
         states = []
         for name, _, _ in plan:
             if name not in existing:
                 raise TopicError(f"topic {name} is not visible after creation")
-            states.append(TopicState(name, existing[name], name in created))
+            partitions, replicas_found = existing[name]
+            states.append(TopicState(name, partitions, name in created, replicas_found))
         return states
     except TopicError:
         raise
@@ -195,6 +260,7 @@ def log_created(logger: logging.Logger, states: Iterable[TopicState]) -> None:
                 event="topic_created",
                 topic=state.name,
                 partitions=state.partitions,
+                replicas=state.replicas,
             )
 
 
