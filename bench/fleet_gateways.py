@@ -15,6 +15,7 @@ threads of one gateway process would share theirs.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -41,7 +42,8 @@ class Share:
     slots: int  # runs a gateway plays at once
     think: float  # mean seconds before each call
     timeout: float  # a call without a verdict by then counts as a timeout
-    start_at: float  # wall clock time all processes start at
+    ready: Any  # a queue: this process puts its index once its gateways' readers are positioned
+    start: Any  # a queue: the wall clock time all processes start at, one per process
     seconds: float  # no new call is started after this many seconds
     settle: float  # seconds the readers keep reading after the last call
     keep_verdicts: bool  # return every verdict read (for checking against replay)
@@ -106,7 +108,7 @@ class _Gateway:
         self.waiters: dict[tuple[str, int], tuple[float, asyncio.Future[None]]] = {}
         self.seen: set[tuple[str, int]] = set()
         self.rng = random.Random(f"{share.seed}/{index}")
-        self.deadline = share.start_at + share.seconds
+        self.deadline = math.inf
         self.ready = asyncio.Event()
 
     async def read(self, stop: asyncio.Event) -> None:
@@ -208,7 +210,12 @@ async def simulate(share: Share) -> Outcome:
     for gateway in gateways:
         readers.append(asyncio.create_task(gateway.read(stop)))
     await _ready(gateways, readers)
-    await asyncio.sleep(max(0.0, share.start_at - time.time()))
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, share.ready.put, share.gateways[0])
+    start_at = await loop.run_in_executor(None, share.start.get)
+    for gateway in gateways:
+        gateway.deadline = start_at + share.seconds
+    await asyncio.sleep(max(0.0, start_at - time.time()))
     try:
         await asyncio.gather(*(g.play(slot) for g in gateways for slot in range(share.slots)))
         await producer.flush()

@@ -13,8 +13,8 @@ about `--rate` tool calls a second in all. Measured in the same run:
 - the verdict latency each call saw (publish to verdict read, same clock),
   its p50/p99/max, and the calls that got no verdict within `--timeout`;
 - the brokers' bytes: "in" is what the run's topics grew by in the brokers'
-  log segments (record batches as stored, one replica: the sum over the
-  brokers' log dirs divided by the replication factor); "out" is what
+  log segments (record batches as stored, one replica: each partition's
+  largest copy over the brokers' log dirs); "out" is what
   consumers fetch: the events once (the workers), the verdicts once (each
   gateway reads only its partition; counted on the gateway side, keys and
   values), and the followers' copies, (replication factor - 1) x in;
@@ -45,6 +45,7 @@ from typing import Any
 import msgspec
 
 from bench.fleet_gateways import Outcome, Share, runs_of, with_reply
+from bench.leaders import busiest_leader, wait_leaders
 from bench.pipeline import common
 from bench.stats import percentile
 
@@ -55,12 +56,18 @@ EVENTS_PER_CALL = 2.1  # the fleet trace's events per tool call (results, compac
 
 
 def log_bytes(log_dirs: Sequence[Path], prefix: str) -> dict[str, int]:
-    """Topic -> bytes of its log segments over all ``log_dirs``, for the topics named ``prefix``…"""
-    sizes: dict[str, int] = {}
+    """Topic -> bytes of its log segments, for the topics named ``prefix``…:
+    each partition's largest copy over ``log_dirs`` (the leader's, or the
+    surviving one's when a broker was killed), so one replica is counted."""
+    largest: dict[str, int] = {}
     for log_dir in log_dirs:
         for part in log_dir.glob(f"{prefix}*-*"):
-            topic = part.name.rpartition("-")[0]
-            sizes[topic] = sizes.get(topic, 0) + sum(f.stat().st_size for f in part.glob("*.log"))
+            size = sum(f.stat().st_size for f in part.glob("*.log"))
+            largest[part.name] = max(largest.get(part.name, 0), size)
+    sizes: dict[str, int] = {}
+    for name, size in largest.items():
+        topic = name.rpartition("-")[0]
+        sizes[topic] = sizes.get(topic, 0) + size
     return sizes
 
 
@@ -170,7 +177,9 @@ def simulate(
     events = int(calls * EVENTS_PER_CALL * 1.5) + 100 * args.gateways
     runs = max(args.gateways * args.slots * 2, events // 40)
     events = max(events, runs * 40)  # the trace's runs are about 40 events long
-    start_at = time.time() + args.warmup
+    context = multiprocessing.get_context("spawn")
+    manager = context.Manager()
+    ready, start = manager.Queue(), manager.Queue()
     shares = [
         Share(
             bootstrap=bootstrap,
@@ -184,7 +193,8 @@ def simulate(
             slots=args.slots,
             think=args.gateways * args.slots / args.rate,
             timeout=args.timeout,
-            start_at=start_at,
+            ready=ready,
+            start=start,
             seconds=args.seconds,
             settle=args.settle,
             keep_verdicts=args.check,
@@ -194,9 +204,13 @@ def simulate(
     ]
     cpu = CpuSampler(worker_pids)
     failover: dict[str, Any] = {}
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=context) as pool:
+    with manager, concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=context) as pool:
         futures = [pool.submit(_run_share, share) for share in shares]
+        for _ in shares:  # each process made its share of the trace and positioned its readers
+            _wait_ready(ready, futures)
+        start_at = time.time() + 1.0
+        for _ in shares:
+            start.put(start_at)
         if args.kill_leader_at is not None:
             failover = kill_leader(cluster, names, start_at + args.kill_leader_at)
         outcome = merge([f.result() for f in futures])
@@ -231,6 +245,21 @@ def simulate(
     return result
 
 
+def _wait_ready(ready: Any, futures: Sequence[concurrent.futures.Future[Outcome]]) -> None:
+    """One process's ready message; a process that failed first raises its error here."""
+    import queue
+
+    while True:
+        try:
+            ready.get(timeout=1.0)
+            return
+        except queue.Empty:
+            for future in futures:
+                if future.done():
+                    future.result()
+                    raise RuntimeError("a gateway process ended before it was ready") from None
+
+
 def _run_share(share: Share) -> Outcome:
     from bench.fleet_gateways import run
 
@@ -242,15 +271,14 @@ def kill_leader(cluster: Any, names: dict[str, str], at: float) -> dict[str, Any
     return when, and when every partition of both had a live leader again."""
     time.sleep(max(0.0, at - time.time()))
     topics = [names["events"], names["decisions"]]
-    node = cluster.busiest_leader(topics)
+    node = busiest_leader(cluster, topics)
     killed_at = time.time()
     cluster.kill(node)
-    cluster.wait_leaders(topics, without=node)
-    return {"killed_node": node, "killed_at": killed_at, "leaders_back_at": time.time()}
+    return {"killed_node": node, "killed_at": killed_at, "leaders_back_at": wait_leaders(cluster, topics, without=node)}
 
 
 def bytes_per_verdict(before: dict[str, int], after: dict[str, int], replication: int, verdicts: int, names) -> dict:
-    grown = {topic: (after.get(topic, 0) - before.get(topic, 0)) // replication for topic in after}
+    grown = {topic: after.get(topic, 0) - before.get(topic, 0) for topic in after}
     stored = sum(grown.values())
     fetched = grown.get(names["events"], 0) + grown.get(names["decisions"], 0) + (replication - 1) * stored
     per = max(1, verdicts)
@@ -273,7 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slots", type=int, default=8, help="runs each gateway plays at once (default 8)")
     p.add_argument("--rate", type=float, default=2000, help="tool calls a second in all, aimed at (default 2000)")
     p.add_argument("--seconds", type=float, default=60)
-    p.add_argument("--warmup", type=float, default=10, help="seconds for the gateways to connect (default 10)")
     p.add_argument("--settle", type=float, default=3, help="seconds the readers go on after the last call")
     p.add_argument("--timeout", type=float, default=5, help="a gateway's verdict timeout (default 5 s)")
     p.add_argument("--workers", type=int, default=2)
@@ -347,13 +374,18 @@ class brokers:
         if self.args.bootstrap:
             return self.args.bootstrap, None, self.args.log_dir, 1
         from streams.tools.broker import KRAFT_DIR, LocalBroker
+        from streams.tools.cluster import LocalCluster
 
-        self._broker = LocalBroker(data_dir=self.workdir / "broker", quick_jit=False, heap="768m").start()
-        return self._broker.bootstrap, None, [self.workdir / "broker" / KRAFT_DIR], 1
+        if self.args.nodes == 1:
+            self._broker = LocalBroker(data_dir=self.workdir / "broker", quick_jit=False, heap="768m").start()
+            return self._broker.bootstrap, None, [self.workdir / "broker" / KRAFT_DIR], 1
+        self._broker = LocalCluster(self.workdir / "cluster", self.args.nodes, quick_jit=False).start()
+        dirs = [self.workdir / "cluster" / f"node-{n}" / KRAFT_DIR for n in self._broker.nodes]
+        return self._broker.bootstrap, self._broker, dirs, min(3, self.args.nodes)
 
     def __exit__(self, *exc: object) -> None:
         if self._broker is not None:
-            self._broker.stop()
+            self._broker.stop(remove_data=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def test_a_small_fleet_gets_every_verdict_and_they_are_replays(broker, tmp_path:
     out = tmp_path / "fleet.json"
     log_dir = broker.log_file.parents[1] / KRAFT_DIR
     argv = ["--bootstrap", broker.bootstrap, "--log-dir", str(log_dir), "--gateways", "10", "--processes", "1"]
-    argv += ["--rate", "40", "--seconds", "8", "--warmup", "3", "--timeout", "30", "--check", "--out", str(out)]
+    argv += ["--rate", "40", "--seconds", "8", "--timeout", "30", "--check", "--out", str(out)]
     assert fleet_sim.main(argv) == 0
     record = json.loads(out.read_text())
     (whole,) = record["windows"]
