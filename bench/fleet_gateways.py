@@ -2,7 +2,8 @@
 runs a share of the fleet.
 
 Each gateway owns runs of the realistic fleet trace (bench/fleet_trace.py,
-the same seed in every process, gateway g taking runs g, g + G, g + 2G, …)
+the same seed in every process, gateway g taking runs g, g + G, g + 2G, …;
+or of a trace given as lines)
 and plays them a few at a time: every event of a run in order, each with
 `reply_partition` = the gateway's own partition of the decisions topic,
 waiting for a tool call's verdict (or its timeout) before the run's next
@@ -48,6 +49,7 @@ class Share:
     settle: float  # seconds the readers keep reading after the last call
     keep_verdicts: bool  # return every verdict read (for checking against replay)
     idempotent: bool
+    lines: Sequence[bytes] = ()  # a trace to play instead of the generated one
 
 
 class _Ident(msgspec.Struct):
@@ -81,20 +83,32 @@ def runs_of(share: Share) -> dict[int, list[list[bytes]]]:
     from bench.fleet_trace import generate_lines
 
     mine = set(share.gateways)
-    by_run: dict[str, list[bytes]] = {}
-    order: list[str] = []
-    decoder = msgspec.json.Decoder(_Event)
-    for line in generate_lines(share.trace_runs, share.trace_events, seed=share.seed):
-        run_id = decoder.decode(line).run_id
-        if run_id not in by_run:
-            by_run[run_id] = []
-            order.append(run_id)
-        by_run[run_id].append(line.rstrip(b"\n"))
     plays: dict[int, list[list[bytes]]] = {g: [] for g in mine}
-    for i, run_id in enumerate(order):
-        if i % share.fleet in mine:
-            plays[i % share.fleet].append(by_run[run_id])
+    runs: dict[str, list[bytes] | None] = {}  # None: another process's run
+    decoder = msgspec.json.Decoder(_Event)
+    trace = share.lines or generate_lines(share.trace_runs, share.trace_events, seed=share.seed)
+    for line in trace:
+        run_id = decoder.decode(line).run_id
+        if run_id not in runs:
+            gateway = len(runs) % share.fleet
+            runs[run_id] = [] if gateway in mine else None
+            if gateway in mine:
+                plays[gateway].append(runs[run_id])
+        run = runs[run_id]
+        if run is not None:
+            run.append(line.rstrip(b"\n"))
     return plays
+
+
+def published(share: Share, out: Outcome) -> list[bytes]:
+    """The event lines the gateways of ``share`` published, as sent, run by run."""
+    decoder = msgspec.json.Decoder(_Event)
+    lines: list[bytes] = []
+    for gateway, runs in runs_of(share).items():
+        for run in runs:
+            sent = out.published.get(decoder.decode(run[0]).run_id, 0)
+            lines += [with_reply(line, gateway) for line in run[:sent]]
+    return lines
 
 
 def with_reply(line: bytes, partition: int) -> bytes:
@@ -118,7 +132,7 @@ class _Gateway:
             self.share.bootstrap,
             group_id=None,
             enable_auto_commit=False,
-            fetch_max_wait_ms=100,
+            fetch_max_wait_ms=500,  # a long poll: answered as soon as a verdict comes
             retry_backoff_ms=100,
         )
         await consumer.start()

@@ -30,6 +30,7 @@ the gateways read with `loopwarden replay` of the events they published.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import concurrent.futures
 import io
 import json
@@ -44,7 +45,7 @@ from typing import Any
 
 import msgspec
 
-from bench.fleet_gateways import Outcome, Share, runs_of, with_reply
+from bench.fleet_gateways import Outcome, Share, published
 from bench.leaders import busiest_leader, wait_leaders
 from bench.pipeline import common
 from bench.stats import percentile
@@ -133,14 +134,8 @@ def replay_matches(share: Share, outcome: Outcome) -> dict[str, int]:
     from schemas.configfile import load_config
     from streams.tools.replay import replay
 
-    plays = runs_of(share)
-    published: list[bytes] = []
-    for gateway, runs in plays.items():
-        for run in runs:
-            run_id = msgspec.json.decode(run[0])["run_id"]
-            published += [with_reply(line, gateway) for line in run[: outcome.published.get(run_id, 0)]]
     out = io.BytesIO()
-    replay(published, load_config(None).config, out, io.StringIO())
+    replay(published(share, outcome), load_config(None).config, out, io.StringIO())
     want = {_ident(line): line for line in out.getvalue().splitlines()}
     got = {_ident(line): line for line in outcome.lines}
     return {
@@ -241,7 +236,8 @@ def simulate(
             "failover_window_s": round(failover["leaders_back_at"] - failover["killed_at"], 2),
         }
     if args.check:
-        result["check"] = replay_matches(shares[0], outcome) | {"gateways_verdicts": len(outcome.lines)}
+        whole = dataclasses.replace(shares[0], gateways=range(args.gateways))
+        result["check"] = replay_matches(whole, outcome) | {"gateways_verdicts": len(outcome.lines)}
     return result
 
 
