@@ -76,6 +76,7 @@ class Outcome:
     late: int = 0
     publish_failed: int = 0
     lines: list[bytes] = field(default_factory=list)  # the distinct verdicts read, when kept
+    cpu_seconds: float = 0.0  # this process's CPU while its gateways played
 
 
 def runs_of(share: Share) -> dict[int, list[list[bytes]]]:
@@ -230,8 +231,10 @@ async def simulate(share: Share) -> Outcome:
     for gateway in gateways:
         gateway.deadline = start_at + share.seconds
     await asyncio.sleep(max(0.0, start_at - time.time()))
+    cpu = time.process_time()
     try:
         await asyncio.gather(*(g.play(slot) for g in gateways for slot in range(share.slots)))
+        out.cpu_seconds = time.process_time() - cpu
         await producer.flush()
         await asyncio.sleep(share.settle)
     finally:

@@ -18,7 +18,8 @@ about `--rate` tool calls a second in all. Measured in the same run:
   consumers fetch: the events once (the workers), the verdicts once (each
   gateway reads only its partition; counted on the gateway side, keys and
   values), and the followers' copies, (replication factor - 1) x in;
-- each worker's CPU (user + system, /proc/PID/stat) per window.
+- each worker's CPU (user + system, /proc/PID/stat) per window, in cores,
+  and the gateway processes' own CPU over the run (all of them, in cores).
 
 With `--kill-leader-at S` (a cluster) the broker leading most of the events
 and decisions partitions is SIGKILLed S seconds in, and the figures are
@@ -157,7 +158,7 @@ def merge(outcomes: Sequence[Outcome]) -> Outcome:
         total.calls += o.calls
         total.published.update(o.published)
         total.lines += o.lines
-        for name in ("sent_bytes", "read_bytes", "verdicts", "duplicates", "late", "publish_failed"):
+        for name in ("sent_bytes", "read_bytes", "verdicts", "duplicates", "late", "publish_failed", "cpu_seconds"):
             setattr(total, name, getattr(total, name) + getattr(o, name))
     return total
 
@@ -227,6 +228,7 @@ def simulate(
         "late": outcome.late,
         "publish_failed": outcome.publish_failed,
         "longest_gap_s": round(longest_gap(outcome.calls), 2),
+        "gateway_cpu": round(outcome.cpu_seconds / args.seconds, 2),
         "gateway_sent_bytes": outcome.sent_bytes,
         "gateway_read_bytes": outcome.read_bytes,
     }
