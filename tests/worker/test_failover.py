@@ -35,7 +35,7 @@ from bench.fleet_gateways import Outcome, Share, published, run
 from bench.fleet_sim import longest_gap
 from bench.leaders import busiest_leader, wait_leaders
 from builders import run_cli
-from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, reference
+from helpers import FleetStage, Worker, by_run, consume, dedupe_key, incidents_until, names, reference
 from streams.worker.settings import Topics
 from streams.worker.topics import ensure_topics
 
@@ -161,6 +161,7 @@ def test_a_broker_a_stage_and_a_worker_killed_mid_stream_lose_no_verdict(cluster
         lost = [ident for ident in want if ident not in first]
         assert not lost and not conflicting, f"lost {lost[:5]} ({len(lost)}), conflicting {conflicting}"
         assert first == want, "the decision topic holds exactly replay's verdicts"
+        assert by_run(on_topic) == by_run(expected), "each run's verdicts in replay's order"
         assert {_ident(line): line for line in played.lines} == want, "the gateways read every verdict"
         assert {dedupe_key(r) for r in records} == wanted, "the stage's incidents are the offline ones"
         timeouts = [sent for sent, latency in played.calls if latency is None]
