@@ -37,6 +37,7 @@ import io
 import json
 import math
 import multiprocessing
+import shutil
 import sys
 import threading
 import time
@@ -339,10 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for w in workers:
                 w.stop()
+                shutil.rmtree(workdir / f"{Path(w.log_path).stem}-data", ignore_errors=True)  # the logs stay
         after = log_bytes(log_dirs, names["app_id"])
     if log_dirs:
         result |= bytes_per_verdict(before, after, replication, result["verdicts"], names)
     result["names"] = names
+    result["worker_logs"] = str(workdir)
     report(args, result)
     check = result.get("check", {})
     wrong = check.get("missing", 0) + check.get("different", 0) + check.get("unexpected", 0)
