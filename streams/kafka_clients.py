@@ -305,11 +305,22 @@ def _made(
     return factory(*topics, **{**connection(bootstrap, security), **options})
 
 
+#: Every producer's delivery settings unless its options say otherwise: a
+#: write is acknowledged once every in-sync replica has it (with
+#: min.insync.replicas=2 on three brokers, the loss of any one broker loses
+#: nothing acknowledged), and the retries that follow a lost leader neither
+#: double nor reorder a partition's records (each batch carries the
+#: producer's id and sequence, which the broker checks).
+DELIVERY: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
+
+
 def producer(bootstrap: Bootstrap, *, security: KafkaSecurity = PLAINTEXT, **options: Any) -> Any:
-    """A kafka-python `KafkaProducer`; `options` are its own settings."""
+    """A kafka-python `KafkaProducer`, idempotent with acks=all (`DELIVERY`);
+    `options` are its own settings (an option that contradicts idempotence,
+    such as `acks=1` or `retries=0`, needs `enable_idempotence=False` too)."""
     from kafka import KafkaProducer
 
-    return _made(KafkaProducer, bootstrap, security, options)
+    return _made(KafkaProducer, bootstrap, security, {**DELIVERY, **options})
 
 
 def consumer(bootstrap: Bootstrap, *topics: str, security: KafkaSecurity = PLAINTEXT, **options: Any) -> Any:
@@ -328,10 +339,11 @@ def admin(bootstrap: Bootstrap, *, security: KafkaSecurity = PLAINTEXT, **option
 
 
 def aio_producer(bootstrap: Bootstrap, *, security: KafkaSecurity = PLAINTEXT, **options: Any) -> Any:
-    """An aiokafka `AIOKafkaProducer` (not started); `options` are its own settings."""
+    """An aiokafka `AIOKafkaProducer` (not started), idempotent with acks=all
+    (`DELIVERY`); `options` are its own settings."""
     from aiokafka import AIOKafkaProducer
 
-    return _made(AIOKafkaProducer, bootstrap, security, options)
+    return _made(AIOKafkaProducer, bootstrap, security, {**DELIVERY, **options})
 
 
 def aio_consumer(bootstrap: Bootstrap, *topics: str, security: KafkaSecurity = PLAINTEXT, **options: Any) -> Any:

@@ -7,13 +7,16 @@ the password."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import ssl
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+from kafka import TopicPartition
 
 from streams import kafka_clients
 from streams.kafka_clients import SecurityError, security_from
@@ -266,3 +269,45 @@ def test_a_client_error_reads_as_one_phrase() -> None:
         "KafkaTimeoutError: Failed to update metadata after 60.0 secs."
     )
     assert kafka_clients.describe_error(TopicAuthorizationFailedError()) == "TopicAuthorizationFailedError"
+
+
+# -- delivery ------------------------------------------------------------------
+
+
+def active_producers(bootstrap: str, topic: str, partition: int) -> list[int]:
+    """Producer ids the partition's leader tracks: an idempotent producer's
+    batches carry one, which the broker checks their sequence against; others' carry none."""
+    with kafka_clients.admin(bootstrap) as admin:
+        states = admin.describe_producers([TopicPartition(topic, partition)])
+    return [state.producer_id for state in states[TopicPartition(topic, partition)].active_producers]
+
+
+@pytest.mark.integration
+def test_every_producer_made_here_is_idempotent_with_acks_all(broker) -> None:
+    topic = f"delivery-{uuid.uuid4().hex[:8]}"
+    with kafka_clients.admin(broker.bootstrap) as admin:
+        admin.create_topics({topic: {"num_partitions": 3, "replication_factor": 1}})
+        admin.wait_for_topics([topic])
+
+    plain = kafka_clients.producer(broker.bootstrap)
+    opted_out = kafka_clients.producer(broker.bootstrap, acks=1, enable_idempotence=False)
+    try:
+        assert plain.config["acks"] == -1 and plain.config["enable_idempotence"]
+        plain.send(topic, b"kafka-python", partition=0).get(timeout=30)
+        opted_out.send(topic, b"opted out", partition=2).get(timeout=30)
+    finally:
+        plain.close()
+        opted_out.close()
+
+    async def aio_send() -> None:
+        producer = kafka_clients.aio_producer(broker.bootstrap)
+        await producer.start()
+        try:
+            assert producer._sender._acks == -1
+            await producer.send_and_wait(topic, b"aiokafka", partition=1)
+        finally:
+            await producer.stop()
+
+    asyncio.run(aio_send())
+    assert [len(active_producers(broker.bootstrap, topic, p)) for p in (0, 1, 2)] == [1, 1, 0]
+    assert all(pid >= 0 for p in (0, 1) for pid in active_producers(broker.bootstrap, topic, p))

@@ -44,6 +44,7 @@ from streams.worker.app import APP_DEFAULTS, log_rebalances, web_settings
 from streams.tools.secure import private_dir
 from streams.worker.store import RunStates
 from streams.worker.tenants import Found, TenantWatch, discover, key_prefix, split_key
+from streams.worker.transport import FLEET_SCHEME
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -82,7 +83,7 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
     incident topic, and the sweep that forgets idle fingerprints."""
     app = faust.App(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap, security=settings.security),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=FLEET_SCHEME, security=settings.security),
         **APP_DEFAULTS,
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,

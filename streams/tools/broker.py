@@ -53,6 +53,7 @@ __all__ = [
     "default_home",
     "free_port",
     "install",
+    "internal_replication",
     "is_reachable",
     "kafka_version",
     "new_cluster_id",
@@ -325,6 +326,14 @@ def new_cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not cid.startswith("-"):
             return cid
+
+
+def internal_replication(nodes: int) -> tuple[int, int]:
+    """Replicas and min ISR of Kafka's internal topics (offsets, transactions)
+    on `nodes` nodes: one replica per node up to three, two in sync once
+    there are three (docker-compose.cluster.yml says the same)."""
+    replicas = min(3, nodes)
+    return replicas, min(2, replicas)
 
 
 _LOG4J_TEMPLATE = """\
@@ -609,7 +618,7 @@ class LocalBroker:
     def _write_configs(self) -> None:
         data = self._dir
         quorum = self.quorum or {self.node_id: self.controller_port}
-        replicas = min(3, len(quorum))
+        replicas, min_isr = internal_replication(len(quorum))
         text = string.Template(TEMPLATE.read_text()).substitute(
             listener="SASL_SSL" if self.secure else "PLAINTEXT",
             node_id=self.node_id,
@@ -617,7 +626,7 @@ class LocalBroker:
             controller_port=self.controller_port,
             voters=",".join(f"{node}@127.0.0.1:{port}" for node, port in sorted(quorum.items())),
             internal_replicas=replicas,
-            internal_min_isr=min(2, replicas),
+            internal_min_isr=min_isr,
             log_dir=data / KRAFT_DIR,
         )
         if self.secure:

@@ -112,9 +112,11 @@ def settle_gc() -> None:
 #: What every loopwarden Faust app shares (the worker and the fleet stage):
 #: values stay the bytes of schemas/ (its codec decodes them), tables live in
 #: loopwarden's RocksDB store, no leader topic (nothing uses Faust's leader
-#: election), and a new group starts from the earliest offsets, so nothing
-#: published before the first start is skipped.
+#: election), a new group starts from the earliest offsets, so nothing
+#: published before the first start is skipped, and every write waits for all
+#: in-sync replicas (their transports make the producer idempotent too).
 APP_DEFAULTS: dict[str, Any] = {
+    "producer_acks": -1,
     "autodiscover": False,
     "store": STORE_URL,
     "key_serializer": "raw",

@@ -4,6 +4,13 @@ Registered under the ``loopwarden://`` broker scheme (the ``faust.transports``
 entry point in pyproject.toml), which only the worker's app uses. What
 differs from the driver it extends:
 
+- **An idempotent producer, acks=all.** Faust makes one only for
+  transactions; here it always is (``IdempotentProducer``), as every
+  producer of the project: on a replicated cluster a write survives a lost
+  broker, and the retries after a lost leader neither double nor reorder a
+  run's verdicts. The fleet stage's app keeps Faust's own consumer and takes
+  just this producer (``FleetTransport``, the ``loopwarden-fleet://`` scheme).
+
 - **Batched intake.** Faust delivers every fetched message on its own: two
   tasks to race the delivery against a flow suspension, the conductor's lock,
   an Event object, a channel queue, the stream iterator and its
@@ -57,7 +64,9 @@ the driver's own ``send`` does, and builds its batches with aiokafka's
 ``BatchBuilder`` (the class ``create_batch`` returns) rather than through
 ``create_batch``, which gives every batch the producer's own size and
 compression; it compresses each batch itself (the builder's ``_build``)
-unless the producer is idempotent (its ``_txn_manager``). The conductor's
+unless the producer is idempotent (its ``_txn_manager``, always set since
+``IdempotentProducer`` overrides ``_settings_extra``, the settings the driver
+adds to a producer's for transactions). The conductor's
 resubscription delay is its class attribute ``_resubscribe_sleep_lock_seconds``. Those are
 the only non-public members used; a Faust, mode or aiokafka upgrade must
 re-check them.
@@ -82,8 +91,12 @@ from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
 
+from streams import kafka_clients
+
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
+FLEET_SCHEME = "loopwarden-fleet"
+"""The scheme of ``FleetTransport``, the fleet stage's."""
 
 # Faust's own lines stay under the faust logger (held at --faust-loglevel);
 # mode would otherwise name a subclass's logger after this module.
@@ -373,8 +386,18 @@ def codec_for(name: str) -> int:
     return code
 
 
-class Producer(driver.Producer):
-    """Faust's aiokafka producer, which can also send records a batch at a time."""
+class IdempotentProducer(driver.Producer):
+    """Faust's aiokafka producer, idempotent with acks=all whatever the
+    processing guarantee (Faust asks for both only in transactions)."""
+
+    logger = faust_log
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), **kafka_clients.DELIVERY}
+
+
+class Producer(IdempotentProducer):
+    """The worker's producer, which can also send records a batch at a time."""
 
     #: Uncompressed bytes in one batch of ``send_records`` while the worker
     #: keeps up (a larger record goes in a batch of its own). A verdict sent
@@ -447,7 +470,9 @@ class Producer(driver.Producer):
         if producer._txn_manager is None:
             # Built (compressed) here, between yields; else the sender builds
             # it with the next produce request, which the verdicts wait in.
-            # An idempotent producer stamps its batches first, so builds them itself.
+            # An idempotent producer (the worker's is, IdempotentProducer)
+            # stamps each batch with its id and sequence when the sender takes
+            # it, which must come before the build: so it builds them itself.
             batch._build()
         delivered = await producer.send_batch(batch, topic, partition=partition)
 
@@ -475,3 +500,9 @@ class Transport(driver.Transport):
     Conductor = Conductor
     Consumer = Consumer
     Producer = Producer
+
+
+class FleetTransport(driver.Transport):
+    """Faust's aiokafka transport with the idempotent producer: the fleet stage's."""
+
+    Producer = IdempotentProducer

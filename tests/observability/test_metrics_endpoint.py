@@ -174,7 +174,7 @@ def test_fetches_are_held_while_events_stream_in_and_released_after(broker, tmp_
     topics = make_topics(broker.bootstrap)
     port = free_port()
     lines = make_trace(400, 30)  # 12,000 events
-    producer = kafka_clients.producer(broker.bootstrap, acks=1)
+    producer = kafka_clients.producer(broker.bootstrap, acks=1, enable_idempotence=False)
     with RealWorker(broker.bootstrap, topics, tmp_path, "--fetch-hold", "50ms", "--web-port", str(port)) as worker:
         assert wait_for(lambda: answers(port), worker), worker.log_tail()
         assert samples(scrape(port)[2])["loopwarden_fetch_held"] == 0

@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import TopicPartition
 from kafka.partitioner.default import murmur2
 
 from emulated_worker import make_topics
 from helpers import LOOPWARDEN, REPO, Worker, consume, names
 from openclaw_gateway import PLUGIN, OpenClaw, gateway_home
 from scripted_model import Overflow, Reply, Script, ScriptedModel, ToolCall, message_text, tool_messages
+from streams import kafka_clients
 
 pytestmark = pytest.mark.integration
 
@@ -216,6 +218,33 @@ def test_plugin_node_suite(openclaw: OpenClaw) -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "# fail 0" in done.stdout and "# skipped 0" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_plugin_publishes_idempotently_with_acks_all(openclaw: OpenClaw, broker) -> None:
+    """The plugin's producer (src/bus.ts, through tests/openclaw/secure_bus.mjs on
+    a plaintext broker) is idempotent: its batches carry a producer id, which
+    the partition's leader tracks (DescribeProducers), and an idempotent
+    @platformatic/kafka producer sends with acks=all only."""
+    topics = make_topics(broker.bootstrap, partitions=2, prefix="bus")
+    partition = TopicPartition(topics["events"], (murmur2(b"secure-bus-run") & 0x7FFFFFFF) % 2)
+    settings = {"bootstrap": broker.bootstrap, "eventsTopic": topics["events"], "decisionsTopic": topics["decisions"]}
+    bus = subprocess.Popen(
+        [openclaw.node, str(Path(__file__).with_name("secure_bus.mjs")), json.dumps(settings)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        published = consume(broker.bootstrap, topics["events"], count=1, timeout=60)
+    finally:
+        bus.kill()
+        out, err = bus.communicate()
+    assert [(r.partition, json.loads(r.value)["run_id"]) for r in published] == [
+        (partition.partition, "secure-bus-run")
+    ], out + err
+    with kafka_clients.admin(broker.bootstrap) as admin:
+        states = admin.describe_producers([partition])[partition].active_producers
+    assert len(states) == 1 and states[0].producer_id >= 0 and states[0].last_sequence == 0, states
 
 
 def test_a_looping_run_is_warned_blocked_then_ended(runs: dict[str, Future[Run]], broker) -> None:

@@ -134,7 +134,9 @@ def test_a_worker_with_a_wrong_password_does_not_start(secure_broker, tmp_path: 
 
 
 def _send(broker, role: str, topic: str) -> None:
-    producer = kafka_clients.producer(broker.bootstrap, security=broker.security(role), retries=0)
+    producer = kafka_clients.producer(
+        broker.bootstrap, security=broker.security(role), retries=0, enable_idempotence=False
+    )
     try:
         producer.send(topic, key=b"run-forged", value=b'{"decision":"allow"}').get(timeout=30)
     finally:

@@ -93,7 +93,9 @@ def test_a_tenant_gets_a_user_two_topics_and_its_settings(tenant_broker) -> None
 
 
 def _send(broker: LocalBroker, tenant: str, topic: str) -> None:
-    producer = kafka_clients.producer(broker.bootstrap, security=_security(broker, tenant), retries=0)
+    producer = kafka_clients.producer(
+        broker.bootstrap, security=_security(broker, tenant), retries=0, enable_idempotence=False
+    )
     try:
         producer.send(topic, key=b"r", value=b"{}").get(timeout=30)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,10 @@ def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> N
     would otherwise log Faust's lifecycle lines under its own module's name."""
     from streams.worker.app import WorkerApp
     from streams.worker.store import RunStore
-    from streams.worker.transport import Consumer, LoopConsumer
+    from streams.worker.transport import Consumer, IdempotentProducer, LoopConsumer, Producer
 
-    names = {cls.__name__: cls.logger.name for cls in (WorkerApp, RunStore, Consumer, LoopConsumer)}
+    classes = (WorkerApp, RunStore, Consumer, LoopConsumer, IdempotentProducer, Producer)
+    names = {cls.__name__: cls.logger.name for cls in classes}
     assert all(name.startswith("faust.") for name in names.values()), names
 
 
@@ -56,3 +58,25 @@ def test_a_changelog_compression_without_its_library_stops_the_worker_before_it_
     assert "event=startup_failed" in line
     assert "--changelog-compression: zstd compression needs the cramjam package" in line
     assert not (tmp_path / "data").exists()  # nothing made, nothing connected to
+
+
+def test_the_worker_and_the_fleet_stage_produce_idempotently_with_acks_all(tmp_path: Path) -> None:
+    """Faust makes an idempotent producer only for transactions: the two
+    apps' transports make theirs idempotent, with acks=all, always."""
+    from schemas.configfile import load_config
+    from streams.fleet.settings import FleetSettings
+    from streams.fleet.stage import create_fleet_app
+    from streams.worker.app import create_app
+
+    async def delivery() -> list[tuple[bool, str | None, int]]:
+        worker, _ = create_app(Settings(bootstrap="127.0.0.1:1", data_dir=tmp_path / "w"), load_config(None).config, 2)
+        stage = create_fleet_app(FleetSettings(bootstrap="127.0.0.1:1", data_dir=tmp_path / "f"))
+        found = []
+        for app in (worker, stage):
+            producer = app.producer._new_producer()  # the aiokafka producer Faust starts
+            manager = producer._txn_manager
+            found.append((manager is not None, manager and manager.transactional_id, producer._sender._acks))
+            await producer.stop()
+        return found
+
+    assert asyncio.run(delivery()) == [(True, None, -1), (True, None, -1)]  # idempotent, not transactional, acks=all

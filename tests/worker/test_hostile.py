@@ -216,7 +216,7 @@ def test_ten_megabyte_event_limits_along_the_path(broker, tmp_path: Path) -> Non
         refused["producer (max_request_size 1 MB)"] = type(exc.value).__name__
     finally:
         small.close()
-    big = kafka_clients.producer(broker.bootstrap, max_request_size=16 * MIB, acks="all", retries=0)
+    big = kafka_clients.producer(broker.bootstrap, max_request_size=16 * MIB, retries=0, enable_idempotence=False)
     try:
         with pytest.raises(KafkaError) as exc:
             big.send(default_topic, key=b"huge", value=ten_mb).get(30)
@@ -440,7 +440,9 @@ def _many_runs_through_worker(broker, tmp_path: Path, runs: int, timeout: float)
         b'{"type":"tool_call","run_id":"m%07d","seq":1,"tool_call_id":"c1","tool_name":"read","args":{"i":%d}}' % (i, i)
         for i in range(runs)
     ]
-    producer = kafka_clients.producer(broker.bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024)
+    producer = kafka_clients.producer(
+        broker.bootstrap, acks=1, enable_idempotence=False, linger_ms=20, batch_size=256 * 1024
+    )
     started = time.monotonic()
     try:
         for i, line in enumerate(lines):

@@ -116,7 +116,9 @@ def test_gateway_to_worker_over_sasl_ssl_matches_replay(secure_broker, tmp_path:
     finally:
         client.close()
     with pytest.raises(TopicAuthorizationFailedError, match=CHANGELOG):
-        producer = kafka_clients.producer(secure_broker.bootstrap, security=gateway, retries=0)
+        producer = kafka_clients.producer(
+            secure_broker.bootstrap, security=gateway, retries=0, enable_idempotence=False
+        )
         try:
             producer.send(CHANGELOG, key=b"secure-run", value=b"forged state").get(timeout=30)
         finally:

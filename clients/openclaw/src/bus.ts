@@ -27,6 +27,15 @@ export interface Log {
 
 /** How long a dead broker holds a publish before it fails; the verdict wait is bounded by timeoutMs anyway. */
 const PRODUCER_TIMEOUT_MS = 5_000;
+/**
+ * Retries of a publish, RETRY_DELAY_MS apart: enough to outlast one broker's
+ * failover (a dead leader's partitions move once the controller gives up on
+ * it, after broker.session.timeout.ms, 9 s by default), so the event still
+ * reaches the worker and the run's history stays whole; a cluster that stays
+ * down fails a publish after about 15 s. The call's own wait is timeoutMs.
+ */
+const PRODUCER_RETRIES = 60;
+const RETRY_DELAY_MS = 250;
 const RECONNECT_DELAY_MS = 5_000;
 /** The client id every gateway's connections show: nothing of the host or process in it. */
 export const CLIENT_ID = "loopwarden-openclaw";
@@ -97,17 +106,19 @@ export class Bus {
     private readonly instanceId: string,
   ) {
     // Java's partitioner (murmur2, sign bit masked): a run's events land on the
-    // partition any other Kafka client would pick for the same key.
+    // partition any other Kafka client would pick for the same key. Idempotent,
+    // which means acks=all: an event acknowledged survives a lost broker, and
+    // the retries after a lost leader neither double nor reorder a run's events.
     this.producer = new Producer({
       clientId: CLIENT_ID,
       bootstrapBrokers: settings.bootstrap,
       ...connectionSecurity(settings.security),
       serializers: stringSerializers,
       partitioner: compatibilityPartitioner,
-      acks: 1,
+      idempotent: true,
       timeout: PRODUCER_TIMEOUT_MS,
-      retries: 1,
-      retryDelay: 200,
+      retries: PRODUCER_RETRIES,
+      retryDelay: RETRY_DELAY_MS,
     });
     this.readyPromise = this.subscribe();
   }
