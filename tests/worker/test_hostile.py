@@ -292,7 +292,11 @@ def test_a_compressed_batch_that_expands_too_far_is_dead_lettered(broker, tmp_pa
         assert worker.proc is not None
         peak_before = _peak_rss(worker.proc.pid)
         bomb = kafka_clients.producer(
-            broker.bootstrap, compression_type="gzip", max_request_size=2 * expanded, acks="all", retries=0
+            broker.bootstrap,
+            compression_type="gzip",
+            max_request_size=2 * expanded,
+            retries=0,
+            enable_idempotence=False,
         )
         try:
             sent = bomb.send(t["events"], key=b"bomb", value=bytes(expanded)).get(30)
