@@ -17,6 +17,7 @@ the loss of any one broker, and one broker down stops no producer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -195,6 +196,16 @@ def ensure_project_topics(
     return states + ensure(bootstrap, [incidents], topics.replication_factor, timeout=timeout, security=security)
 
 
+def _visible(admin, names: list[str], timeout: float, security: KafkaSecurity) -> dict[str, tuple[int, int]]:
+    """`_shapes` of topics just created, once every one shows (or `timeout`
+    has passed): on a cluster each broker learns of a new topic on its own
+    time, and the admin client may ask one that has not yet."""
+    deadline = time.monotonic() + timeout
+    while len(found := _shapes(admin, names, security)) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return found
+
+
 def ensure(
     bootstrap: str,
     plan: list[tuple[str, int, dict[str, str]]],
@@ -231,8 +242,7 @@ def ensure(
                 elif code != TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
                     message = entry.get("error_message") or f"error code {code}"
                     raise TopicError(f"cannot create topic {entry['name']}: {message}")
-            admin.wait_for_topics(list(missing), timeout_ms=int(timeout * 1000))
-            existing.update(_shapes(admin, missing, security))
+            existing.update(_visible(admin, list(missing), timeout, security))
         states = []
         for name, _, _ in plan:
             if name not in existing:

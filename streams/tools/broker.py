@@ -13,15 +13,17 @@ processes, keeping a pid file and the bootstrap address in the data dir.
 A ``LocalBroker`` can also be one voter of a local cluster
 (streams/tools/cluster.py, ``broker start --nodes 3``).
 
-This module uses only the standard library and kafka-python (no Faust), so
+This module uses only the standard library, kafka-python and aiokafka (no Faust), so
 any tool or test can use it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
 import base64
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -57,6 +59,7 @@ __all__ = [
     "is_reachable",
     "kafka_version",
     "new_cluster_id",
+    "node_serves",
     "run_broker_command",
     "running_pid",
     "stop_pid",
@@ -225,6 +228,30 @@ def _serving_brokers(bootstrap: str, timeout: float, security: KafkaSecurity = P
             with contextlib.suppress(Exception):
                 admin.close()
     return [b["broker_id"] for b in cluster.get("brokers", []) if not b.get("is_fenced")]
+
+
+def node_serves(port: int, node_id: int, timeout: float) -> bool:
+    """Whether the plaintext broker on 127.0.0.1:``port`` itself answers a
+    metadata request, listing ``node_id`` among the unfenced brokers. Asked of
+    that broker alone: an admin client sends its requests to any broker it
+    knows of, and in a cluster with a node just killed that may be the dead one."""
+    from aiokafka.conn import create_conn
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    async def ask() -> bool:
+        conn = await create_conn("127.0.0.1", port, request_timeout_ms=max(int(timeout * 1000), 100))
+        try:
+            response = await conn.send(MetadataRequest(topics=[]))
+        finally:
+            conn.close()
+        return any(broker[0] == node_id for broker in response.brokers)
+
+    # A thread of its own, so that a caller already running an event loop can ask too.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            return pool.submit(asyncio.run, asyncio.wait_for(ask(), timeout)).result()
+        except Exception:  # any failure means "not serving"
+            return False
 
 
 def is_reachable(bootstrap: str, timeout: float = 5.0, security: KafkaSecurity = PLAINTEXT) -> bool:
@@ -670,8 +697,10 @@ class LocalBroker:
             code = self._proc.poll()
             if code is not None:
                 raise BrokerError(self._failure(f"Kafka JVM exited with code {code}"))
-            serving = _port_open("127.0.0.1", self.port or 0, 0.5) and self.node_id in _serving_brokers(
-                self.bootstrap, 2.0, self.security()
+            serving = _port_open("127.0.0.1", self.port or 0, 0.5) and (
+                node_serves(self.port or 0, self.node_id, 2.0)
+                if self.quorum
+                else self.node_id in _serving_brokers(self.bootstrap, 2.0, self.security())
             )
             if serving:
                 return

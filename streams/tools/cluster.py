@@ -20,6 +20,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -30,9 +31,9 @@ from streams.tools.broker import (
     BOOTSTRAP_FILE,
     BrokerError,
     LocalBroker,
-    _serving_brokers,
     free_port,
     new_cluster_id,
+    node_serves,
     running_pid,
     stop_pids,
 )
@@ -161,7 +162,7 @@ class LocalCluster:
         return [
             node_id
             for node_id, node in self.nodes.items()
-            if self.pid(node_id) is not None and node_id in _serving_brokers(node.bootstrap, timeout)
+            if self.pid(node_id) is not None and node_serves(node.port or 0, node_id, timeout)
         ]
 
     # -- lifecycle ---------------------------------------------------------
@@ -234,21 +235,27 @@ class LocalCluster:
 
     def leaders(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
         """Node id leading each partition of ``topic`` (-1 while none does),
-        asked of whichever node answers."""
+        asked of whichever node answers; BrokerError if no node shows the
+        topic within ``timeout`` (a topic just created reaches each node on
+        its own time)."""
         admin = kafka_clients.admin(
             self.bootstrap,
             client_id="loopwarden-cluster",
             request_timeout_ms=int(timeout * 1000),
             bootstrap_timeout_ms=int(timeout * 1000),
         )
+        deadline = time.monotonic() + timeout
         try:
-            (described,) = admin.describe_topics([topic])
+            while True:
+                (described,) = admin.describe_topics([topic])
+                if described.get("error_code", 0) == 0 and described.get("partitions"):
+                    return {part["partition_index"]: part["leader_id"] for part in described["partitions"]}
+                if time.monotonic() >= deadline:
+                    raise BrokerError(f"topic {topic} is not on the cluster at {self.bootstrap}")
+                time.sleep(0.1)
         finally:
             with contextlib.suppress(Exception):
                 admin.close()
-        if described.get("error_code", 0) != 0 or not described.get("partitions"):
-            raise BrokerError(f"topic {topic} is not on the cluster at {self.bootstrap}")
-        return {part["partition_index"]: part["leader_id"] for part in described["partitions"]}
 
     def leader(self, topic: str, partition: int) -> int:
         """Node id leading one partition of ``topic``."""
