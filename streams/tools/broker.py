@@ -839,14 +839,16 @@ def run_broker_command(args: argparse.Namespace) -> int:
             if args.remove:
                 shutil.rmtree(data_dir, ignore_errors=True)
             return 0
-        # status
-        bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip() if (data_dir / BOOTSTRAP_FILE).exists() else ""
+        # status: the line a cluster prints for each of its nodes
+        if not (data_dir / BOOTSTRAP_FILE).exists():
+            print(f"no broker was started on {data_dir}", file=sys.stderr)
+            return 1
+        bootstrap = (data_dir / BOOTSTRAP_FILE).read_text().strip()
         security = secure.admin_security(data_dir) or PLAINTEXT
-        if running_pid(data_dir) is not None and is_reachable(bootstrap, 3.0, security):
-            print(bootstrap)
-            return 0
-        print("not running", file=sys.stderr)
-        return 1
+        pid = running_pid(data_dir)
+        up = pid is not None and is_reachable(bootstrap, 3.0, security)
+        print(f"node 1 pid {pid or '-'} {bootstrap} {'up' if up else 'down'}")
+        return 0 if up else 1
     except (BrokerError, secure.SecureSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

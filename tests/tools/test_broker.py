@@ -260,11 +260,12 @@ def test_cli_start_status_stop_across_processes(kafka_lib: Path, tmp_path: Path)
         pid = int((data / "broker.pid").read_text())
         assert (data / "bootstrap").read_text().strip() == bootstrap
         status = cli("status")
-        assert status.returncode == 0 and status.stdout.strip() == bootstrap
+        assert status.returncode == 0 and status.stdout.strip() == f"node 1 pid {pid} {bootstrap} up"
         assert cli("start").returncode == 2  # one broker per data dir
     finally:
         stopped = cli("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert not is_reachable(bootstrap, timeout=1)
     assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text()
-    assert cli("status").returncode == 1
+    down = cli("status")
+    assert down.returncode == 1 and down.stdout.strip() == f"node 1 pid - {bootstrap} down"
