@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with common.broker(args.bootstrap) as bootstrap:
         names = common.topic_names("fanout")
-        from streams.worker.settings import Topics
+        from streams.kafka.topics import Topics
         from streams.kafka.topics import ensure_topics
 
         topics = Topics(

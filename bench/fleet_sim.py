@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = common.workdir("fleet")
     with brokers(args, workdir) as (bootstrap, cluster, log_dirs, replication):
         names = common.topic_names("fleet")
-        from streams.worker.settings import Topics
+        from streams.kafka.topics import Topics
         from streams.kafka.topics import ensure_topics
 
         topics = Topics(

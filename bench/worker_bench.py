@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from helpers import Worker, by_run, consume, make_trace, names, produce, reference, values, write_config  # noqa: E402
 
-from streams.worker.settings import Topics  # noqa: E402
+from streams.kafka.topics import Topics  # noqa: E402
 from streams.kafka.topics import ensure_topics  # noqa: E402
 
 

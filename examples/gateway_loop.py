@@ -127,7 +127,7 @@ def agent(client: GuardClient, run_id: str, max_steps: int = 40) -> str:
 def local_stack(config: dict):
     """A temporary broker and a worker; yields the bootstrap address."""
     from streams.tools.broker import LocalBroker
-    from streams.worker.settings import Topics
+    from streams.kafka.topics import Topics
     from streams.kafka.topics import ensure_topics
 
     workdir = Path(tempfile.mkdtemp(prefix="loopwarden-demo-"))

@@ -1,6 +1,7 @@
-"""The layout's two rules, read from the source with `ast`: the wire contract
-(`schemas/`) imports nothing of `streams`, and no module of `streams/` imports
-itself back through others.
+"""The layout's rules, read from the source with `ast`: the wire contract
+(`schemas/`) imports nothing of `streams`, no module of `streams/` imports
+itself back through others, and the engine, the Kafka plumbing and the seams
+import nothing of the commands built on them.
 
 An import counts when it runs as its module loads: at module level, in a
 class body, or in a module-level `try`/`if`. Two kinds are left out, because
@@ -139,3 +140,27 @@ def test_imports_in_functions_and_for_type_checking_are_not_load_time() -> None:
     names = {name for node in _load_time(tree.body) for name in imported("streams.x", node)}
     assert {"streams.a", "streams.c", "streams.d", "streams.f"} <= names
     assert not {"streams.b", "streams.e"} & names
+
+
+#: The ground floors and what they must not reach up to: the engine is pure,
+#: and the Kafka plumbing and the seams serve every command alike.
+LOWER = ("streams.engine", "streams.kafka", "streams.seams")
+UPPER = ("streams.worker", "streams.fleet", "streams.tools", "streams.client", "streams.cli")
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(f"{package}.") for package in packages)
+
+
+def test_the_lower_packages_import_nothing_above_them() -> None:
+    modules = sources("streams")
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+        for module, path in modules.items()
+        if _within(module, LOWER)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for name in imported(module, node, modules)
+        if _within(name, UPPER)
+    ]
+    assert not found, "a lower package imports an upper one: " + "; ".join(found)

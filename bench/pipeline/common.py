@@ -72,7 +72,7 @@ def topic_names(prefix: str) -> dict[str, str]:
 
 
 def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
-    from streams.worker.settings import Topics
+    from streams.kafka.topics import Topics
     from streams.kafka.topics import ensure_topics
 
     ensure_topics(

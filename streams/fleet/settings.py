@@ -14,7 +14,8 @@ from streams.kafka.clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecur
 from streams.listen import WEB_HOST, port
 from streams.argtypes import duration, format_duration, non_negative_int, positive_int
 from streams.kafka.options import default_bootstrap, security_from_args
-from streams.worker.settings import DATA_DIR_ENV, DEFAULT_PARTITIONS, add_replication_option, add_web_host_option
+from streams.worker.settings import DATA_DIR_ENV, add_replication_option, add_web_host_option
+from streams.kafka.topics import DEFAULT_PARTITIONS
 
 DEFAULTS = IncidentSettings()
 #: The stage's consumer group and table namespace unless --app-id says otherwise.

@@ -21,13 +21,37 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schemas.topics import INCIDENTS_TOPIC
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC, INCIDENTS_TOPIC
 from streams.kafka import clients as kafka_clients
 from streams.kafka.clients import PLAINTEXT, KafkaSecurity, not_authorized
 from streams.kafka.options import DEFAULT_BOOTSTRAP
-from streams.worker.settings import Topics
 
 log = logging.getLogger("loopwarden.topics")
+
+#: Partitions of the events topic unless told otherwise: the worker's unit of scale.
+DEFAULT_PARTITIONS = 12
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Names and partition counts of the three topics the project owns."""
+
+    events: str = EVENTS_TOPIC
+    decisions: str = DECISIONS_TOPIC
+    deadletter: str = DEADLETTER_TOPIC
+    partitions: int = DEFAULT_PARTITIONS
+    decisions_partitions: int | None = None  # None: same as the events topic
+    deadletter_partitions: int | None = None  # None: same as the events topic
+    replication_factor: int | None = None  # None: from the cluster (streams.kafka.topics.replication)
+
+    def plan(self) -> list[tuple[str, int]]:
+        """(name, partitions) of each topic, events first."""
+        return [
+            (self.events, self.partitions),
+            (self.decisions, self.decisions_partitions or self.partitions),
+            (self.deadletter, self.deadletter_partitions or self.partitions),
+        ]
+
 
 #: Seconds an admin request (create, list, describe) may take.
 ADMIN_TIMEOUT = 30.0

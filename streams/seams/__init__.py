@@ -4,7 +4,7 @@ public but that loopwarden relies on: one module per package, and nowhere else.
 Each use says why no public API does the same. Each module declares what it
 relies on in ``RELIED_ON``: a class's member, or a module's global (a name
 another module of the package looks up at each call, so replacing it there
-changes what that module does). tests/worker/test_seams.py checks every
+changes what that module does). tests/seams/test_seams.py checks every
 entry against the installed packages (presence, and a method's or a
 constructor's parameters), so an upgrade that renames or reshapes one fails
 there, naming it. The three

@@ -45,7 +45,8 @@ from streams import listen
 
 from streams.kafka import clients as kafka_clients
 from streams.kafka.clients import KafkaSecurity
-from streams.worker.settings import Settings, Topics, settings_from_args, worker_argv
+from streams.worker.settings import Settings, settings_from_args, worker_argv
+from streams.kafka.topics import Topics
 
 #: What `up --demo` publishes when given no trace: examples/sample-trace.jsonl,
 #: linked into the package so that the wheel carries it.

@@ -379,7 +379,7 @@ def grant(data_dir: Path, bootstrap: str, timeout: float = 30.0) -> None:
     env files. Returns once the broker enforces the ACLs: they reach its
     authorizer through the metadata log, a moment after they are accepted."""
     from streams.kafka import clients as kafka_clients
-    from streams.worker.settings import Topics
+    from streams.kafka.topics import Topics
     from streams.kafka.topics import TopicError, ensure_project_topics
 
     admin_security = role_security(data_dir, ADMIN)

@@ -24,7 +24,7 @@ dead-letters it with that reason, the offsets of the whole batch are
 committed with it, and the records around it go on. The aiokafka members
 this reaches (the fetcher's ``PartitionRecords``, the decoders' module
 globals, ``DefaultRecord``) come through ``streams.seams.aiokafka``, checked
-by tests/worker/test_seams.py; tests/worker/test_expansion.py reads real
+by tests/seams/test_seams.py; tests/worker/test_expansion.py reads real
 batches of each codec through them.
 """
 

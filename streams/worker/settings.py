@@ -12,43 +12,21 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
 from streams.engine.entry import DEFAULT_MAX_SEQ_JUMP, max_seq_jump
 from streams.listen import WEB_HOST, port
 from streams.argtypes import duration, format_duration, non_negative_int, positive_int
 from streams.kafka.clients import DEFAULT_CONNECT_TIMEOUT, PLAINTEXT, KafkaSecurity
 from streams.kafka.options import DEFAULT_BOOTSTRAP, default_bootstrap, security_from_args
+from schemas.topics import DEADLETTER_TOPIC, DECISIONS_TOPIC, EVENTS_TOPIC
+from streams.kafka.topics import DEFAULT_PARTITIONS, Topics
 
 DATA_DIR_ENV = "LOOPWARDEN_DATA_DIR"
 APP_ID_ENV = "LOOPWARDEN_APP_ID"
-
-DEFAULT_PARTITIONS = 12
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 CHANGELOG_COMPRESSIONS = ("zstd", "lz4", "snappy", "gzip", "none")
 """What ``--changelog-compression`` accepts (streams.worker.transport.CODECS maps each to aiokafka's codec)."""
-
-
-@dataclass(frozen=True)
-class Topics:
-    """Names and partition counts of the three topics the project owns."""
-
-    events: str = EVENTS_TOPIC
-    decisions: str = DECISIONS_TOPIC
-    deadletter: str = DEADLETTER_TOPIC
-    partitions: int = DEFAULT_PARTITIONS
-    decisions_partitions: int | None = None  # None: same as the events topic
-    deadletter_partitions: int | None = None  # None: same as the events topic
-    replication_factor: int | None = None  # None: from the cluster (streams.kafka.topics.replication)
-
-    def plan(self) -> list[tuple[str, int]]:
-        """(name, partitions) of each topic, events first."""
-        return [
-            (self.events, self.partitions),
-            (self.decisions, self.decisions_partitions or self.partitions),
-            (self.deadletter, self.deadletter_partitions or self.partitions),
-        ]
 
 
 @dataclass(frozen=True)

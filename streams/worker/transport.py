@@ -47,7 +47,7 @@ differs from the driver it extends:
 Faust offers no public hook for the fetch loop, the consumer thread or the
 poll; those, and the few other members of Faust, mode and aiokafka that are
 not public, are reached through ``streams.seams`` (one module per package,
-each use with its reason), checked by tests/worker/test_seams.py against the
+each use with its reason), checked by tests/seams/test_seams.py against the
 pinned versions. So are the aiokafka members the decompression bound of the
 events topics replaces (the fetcher's ``PartitionRecords``, the record
 modules' decoders, streams/worker/expansion.py), which the app installs

@@ -14,7 +14,7 @@ from evidence import kept_dir, kept_on_failure
 from helpers import FleetStage, Worker, consume, dedupe_key, incidents_until, names, produce
 from schemas.codec import decode_incident, decode_tally, decode_verdict
 from streams.fleet.incidents import fingerprint
-from streams.worker.settings import Topics
+from streams.kafka.topics import Topics
 from schemas.topics import tenant_topics
 from streams.kafka import clients as kafka_clients
 from streams.kafka.topics import ensure, ensure_topics

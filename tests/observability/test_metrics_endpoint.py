@@ -25,7 +25,7 @@ from emulated_worker import RealWorker, make_topics
 from helpers import FleetStage, make_trace, names, produce
 from schemas.codec import encode_verdict
 from schemas.verdicts import Verdict
-from streams.worker.settings import Topics
+from streams.kafka.topics import Topics
 from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration

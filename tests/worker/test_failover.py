@@ -36,7 +36,7 @@ from bench.fleet_sim import longest_gap
 from bench.leaders import busiest_leader, wait_leaders
 from builders import run_cli
 from helpers import FleetStage, Worker, by_run, consume, dedupe_key, incidents_until, names, reference
-from streams.worker.settings import Topics
+from streams.kafka.topics import Topics
 from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration

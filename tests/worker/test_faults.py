@@ -33,7 +33,7 @@ from kafka import TopicPartition
 from helpers import REPO, Worker, by_run, make_trace, names, produce, reference, write_config
 from streams.kafka import clients as kafka_clients
 from streams.tools.broker import LocalBroker
-from streams.worker.settings import Topics
+from streams.kafka.topics import Topics
 from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration

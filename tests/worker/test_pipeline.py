@@ -34,7 +34,7 @@ import stories
 from schemas.codec import encode_verdict
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
-from streams.worker.settings import Topics
+from streams.kafka.topics import Topics
 from streams.kafka.topics import ensure_topics
 
 pytestmark = pytest.mark.integration

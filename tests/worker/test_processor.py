@@ -20,7 +20,8 @@ from schemas.config import FleetConfig
 from schemas.state import RunState, StoredRun
 from streams.worker.checkpoint import finish
 from streams.worker.processor import Processor
-from streams.worker.settings import Settings, Topics
+from streams.worker.settings import Settings
+from streams.kafka.topics import Topics
 from schemas.codec import decode_stored, encode_stored
 
 SETTINGS = Settings(topics=Topics(events="ev", decisions="dec", deadletter="dl"))
