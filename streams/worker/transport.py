@@ -34,8 +34,9 @@ differs from the driver it extends:
   (``Producer.send_records``).
 - **Topics added while running** (a tenant's events topic) are subscribed a
   second later, not 45 s (``Conductor``).
-- **Two rebalance corrections** (docs/PROCESSING.md tells how each was
-  found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
+- **Two rebalance corrections**, shared with the fleet stage's transport
+  (``streams.faustapp.consumer``; docs/PROCESSING.md tells how each was
+  found); a third, on the flow control, is ``streams.faustapp.app.FlowControl``.
 
 Faust offers no public hook for the fetch loop, the consumer thread or the
 poll; those, and the few other members of Faust, mode and aiokafka that are
@@ -52,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Sequence
 from typing import Any, Protocol, cast
 
 from aiokafka import codec
@@ -63,6 +64,7 @@ from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
 
+from streams.faustapp import consumer as faustapp_consumer
 from streams.seams import aiokafka as aiokafka_seams
 from streams.seams import faust as faust_seams
 from streams.seams import mode as mode_seams
@@ -139,7 +141,7 @@ class Intake(Protocol):
         """The consumer began (True) or stopped holding fetches (``FetchPacer``)."""
 
 
-class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
+class LoopConsumer(mode_seams.LoopServiceThread, faustapp_consumer.ConsumerThread):
     """The aiokafka consumer on the app's own event loop, in the place of Faust's consumer thread.
 
     Faust runs aiokafka in a thread with an event loop of its own and asks it
@@ -153,14 +155,9 @@ class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     reach the app through Faust's own method queue, which works the same on
     one loop.
 
-    It also seeks uncommitted partitions to their beginning. After a
-    rebalance Faust drops the records it fetched while the flow was suspended
-    and seeks back to the committed offsets to fetch them again; but
-    aiokafka's ``seek_to_committed`` does not move a partition whose
-    committed offset is missing or 0, so for a partition nothing was
-    committed for yet those records would be gone. Such partitions are
-    sought to their beginning, which is what ``auto_offset_reset="earliest"``
-    means for them.
+    Its seek to the committed offsets is the shared one
+    (``streams.faustapp.consumer.ConsumerThread``): a partition with nothing
+    committed yet is sought to its beginning.
     """
 
     logger = faust_log
@@ -185,16 +182,10 @@ class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     def polled(self) -> None:
         self.polled_at = time.time()
 
-    async def seek_to_committed(self) -> Mapping[TP, int]:
-        committed = await super().seek_to_committed()
-        uncommitted = [tp for tp, offset in committed.items() if not offset]
-        if uncommitted:
-            await self.seek_to_beginning(*uncommitted)
-        return committed
 
-
-class Consumer(faust_seams.Consumer):
-    """Faust's aiokafka consumer with the batched intake and generation-checked acknowledgements."""
+class Consumer(faustapp_consumer.Consumer):
+    """The shared corrected consumer (generation-checked acknowledgements,
+    ``streams.faustapp.consumer``) with the batched intake."""
 
     logger = faust_log
     acked_since_commit = 0
@@ -228,17 +219,7 @@ class Consumer(faust_seams.Consumer):
                 self.resume_flow()
 
     def ack(self, message: Message) -> bool:
-        """Faust's ``ack``, ignoring messages fetched under an older consumer generation.
-
-        Such a message reaches the stream after the rebalance, is skipped and
-        acknowledged; its offset could then be committed before the same
-        offset, fetched again, is processed. Every event this worker processed
-        under the old generation was acknowledged before the rebalance
-        finished (Faust waits for that), so nothing is held back.
-        """
-        generation = getattr(message, "generation_id", None)  # absent on messages not from a fetch
-        if generation is not None and generation != self.app.consumer_generation_id:
-            return False
+        """The shared ``ack``, counting the acknowledgements towards ``broker_commit_every``."""
         if super().ack(message):
             self.acked_since_commit += 1
             return True
