@@ -59,9 +59,9 @@ class FlowControl(FlowControlEvent):
 
 class App(faust.App):
     """A loopwarden Faust app, the worker's or the fleet stage's: Faust's,
-    with the flow control above. The worker's transport (``loopwarden://``,
-    streams/worker/transport.py) has the two other corrections of Faust's
-    rebalance path (docs/PROCESSING.md)."""
+    with the flow control above. The two other corrections of Faust's
+    rebalance path are in the consumer both apps' transports use
+    (streams/faustapp/consumer.py; docs/PROCESSING.md)."""
 
     # Faust's own lines stay under the faust logger (held at --faust-loglevel);
     # mode would otherwise name a subclass's logger after this module.

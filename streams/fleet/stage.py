@@ -45,13 +45,13 @@ from streams.faustapp.app import (
     web_settings,
 )
 from streams.fleet.incidents import count, fingerprint
+from streams.fleet import transport
 from streams.fleet.settings import TABLE_NAME, FleetSettings
 from streams.fleet.tallies import Tallies
 from streams.observability import logs
 from streams.observability.metrics import FleetMetrics, install
 from streams.tools.secure import private_dir
 from streams.worker.tenants import Found, TenantWatch, discover_at_start, key_prefix, split_key
-from streams.worker.transport import FLEET_SCHEME
 
 log = logging.getLogger("loopwarden.fleet")
 
@@ -71,14 +71,16 @@ def create_fleet_app(settings: FleetSettings, tenants: Found = ({}, {})) -> faus
     tenant found later) regrouped by fingerprint, the tally table, the
     incident topic, and the sweep that forgets idle fingerprints.
 
-    It has the worker's flow control (`App`): with Faust's own, a restart
-    that recovered its tallies emptied the agents' queues after seeking to
-    the committed offsets, dropping the verdicts fetched during the seek, for
-    good where no offset was committed yet (docs/PROCESSING.md, "Three Faust
-    behaviours the worker corrects")."""
+    It has the worker's three corrections of Faust's rebalance path
+    (docs/PROCESSING.md, "Three Faust behaviours loopwarden corrects"): the
+    flow control (`App`), and in its transport (streams/fleet/transport.py)
+    the seek of a partition with no committed offset to its beginning and
+    the acknowledgements of an older generation ignored. Without them a
+    restart before the first commit could drop the verdicts fetched around
+    the rebalance for good."""
     app = App(
         settings.app_id,
-        **kafka_clients.faust_connection(settings.bootstrap, transport=FLEET_SCHEME, security=settings.security),
+        **kafka_clients.faust_connection(settings.bootstrap, transport=transport.SCHEME, security=settings.security),
         **APP_DEFAULTS,
         datadir=str(settings.data_dir),
         topic_partitions=settings.partitions,

@@ -8,8 +8,7 @@ differs from the driver it extends:
   transactions; here it always is (``IdempotentProducer``), as every
   producer of the project: on a replicated cluster a write survives a lost
   broker, and the retries after a lost leader neither double nor reorder a
-  run's verdicts. The fleet stage's app keeps Faust's own consumer and takes
-  just this producer (``FleetTransport``, the ``loopwarden-fleet://`` scheme).
+  run's verdicts (``streams.faustapp.producer``, the fleet stage's too).
 
 - **Batched intake.** Faust delivers every fetched message on its own: two
   tasks to race the delivery against a flow suspension, the conductor's lock,
@@ -41,8 +40,9 @@ differs from the driver it extends:
   (``Producer.send_records``).
 - **Topics added while running** (a tenant's events topic) are subscribed a
   second later, not 45 s (``Conductor``).
-- **Two rebalance corrections** (docs/PROCESSING.md tells how each was
-  found); a third, on the flow control, is in ``streams.worker.app.WorkerApp``.
+- **Two rebalance corrections**, shared with the fleet stage's transport
+  (``streams.faustapp.consumer``; docs/PROCESSING.md tells how each was
+  found); a third, on the flow control, is ``streams.faustapp.app.FlowControl``.
 
 Faust offers no public hook for the fetch loop, the consumer thread or the
 poll; those, and the few other members of Faust, mode and aiokafka that are
@@ -59,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Sequence
 from typing import Any, Protocol, cast
 
 from aiokafka import codec
@@ -70,15 +70,14 @@ from faust.types.tuples import Message
 from mode.utils.futures import maybe_async
 from mode.utils.objects import cached_property
 
+from streams.faustapp import consumer as faustapp_consumer
+from streams.faustapp.producer import IdempotentProducer
 from streams.seams import aiokafka as aiokafka_seams
 from streams.seams import faust as faust_seams
 from streams.seams import mode as mode_seams
-from streams.kafka import clients as kafka_clients
 
 SCHEME = "loopwarden"
 """The broker URL scheme this transport is registered under."""
-FLEET_SCHEME = "loopwarden-fleet"
-"""The scheme of ``FleetTransport``, the fleet stage's."""
 
 # Faust's own lines stay under the faust logger (held at --faust-loglevel);
 # mode would otherwise name a subclass's logger after this module.
@@ -149,7 +148,7 @@ class Intake(Protocol):
         """The consumer began (True) or stopped holding fetches (``FetchPacer``)."""
 
 
-class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
+class LoopConsumer(mode_seams.LoopServiceThread, faustapp_consumer.ConsumerThread):
     """The aiokafka consumer on the app's own event loop, in the place of Faust's consumer thread.
 
     Faust runs aiokafka in a thread with an event loop of its own and asks it
@@ -163,14 +162,9 @@ class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     reach the app through Faust's own method queue, which works the same on
     one loop.
 
-    It also seeks uncommitted partitions to their beginning. After a
-    rebalance Faust drops the records it fetched while the flow was suspended
-    and seeks back to the committed offsets to fetch them again; but
-    aiokafka's ``seek_to_committed`` does not move a partition whose
-    committed offset is missing or 0, so for a partition nothing was
-    committed for yet those records would be gone. Such partitions are
-    sought to their beginning, which is what ``auto_offset_reset="earliest"``
-    means for them.
+    Its seek to the committed offsets is the shared one
+    (``streams.faustapp.consumer.ConsumerThread``): a partition with nothing
+    committed yet is sought to its beginning.
     """
 
     logger = faust_log
@@ -195,16 +189,10 @@ class LoopConsumer(mode_seams.LoopServiceThread, faust_seams.ConsumerThread):
     def polled(self) -> None:
         self.polled_at = time.time()
 
-    async def seek_to_committed(self) -> Mapping[TP, int]:
-        committed = await super().seek_to_committed()
-        uncommitted = [tp for tp, offset in committed.items() if not offset]
-        if uncommitted:
-            await self.seek_to_beginning(*uncommitted)
-        return committed
 
-
-class Consumer(faust_seams.Consumer):
-    """Faust's aiokafka consumer with the batched intake and generation-checked acknowledgements."""
+class Consumer(faustapp_consumer.Consumer):
+    """The shared corrected consumer (generation-checked acknowledgements,
+    ``streams.faustapp.consumer``) with the batched intake."""
 
     logger = faust_log
     acked_since_commit = 0
@@ -238,17 +226,7 @@ class Consumer(faust_seams.Consumer):
                 self.resume_flow()
 
     def ack(self, message: Message) -> bool:
-        """Faust's ``ack``, ignoring messages fetched under an older consumer generation.
-
-        Such a message reaches the stream after the rebalance, is skipped and
-        acknowledged; its offset could then be committed before the same
-        offset, fetched again, is processed. Every event this worker processed
-        under the old generation was acknowledged before the rebalance
-        finished (Faust waits for that), so nothing is held back.
-        """
-        generation = getattr(message, "generation_id", None)  # absent on messages not from a fetch
-        if generation is not None and generation != self.app.consumer_generation_id:
-            return False
+        """The shared ``ack``, counting the acknowledgements towards ``broker_commit_every``."""
         if super().ack(message):
             self.acked_since_commit += 1
             return True
@@ -360,16 +338,6 @@ def codec_for(name: str) -> int:
     return code
 
 
-class IdempotentProducer(faust_seams.Producer):
-    """Faust's aiokafka producer, idempotent with acks=all whatever the
-    processing guarantee (Faust asks for both only in transactions)."""
-
-    logger = faust_log
-
-    def extra_settings(self) -> Mapping[str, Any]:
-        return kafka_clients.DELIVERY
-
-
 class Producer(IdempotentProducer):
     """The worker's producer, which can also send records a batch at a time."""
 
@@ -473,9 +441,3 @@ class Transport(driver.Transport):
     Conductor = Conductor
     Consumer = Consumer
     Producer = Producer
-
-
-class FleetTransport(driver.Transport):
-    """Faust's aiokafka transport with the idempotent producer: the fleet stage's."""
-
-    Producer = IdempotentProducer

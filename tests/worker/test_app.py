@@ -27,7 +27,8 @@ def test_faust_lines_of_the_worker_subclasses_stay_under_the_faust_logger() -> N
     would otherwise log Faust's lifecycle lines under its own module's name."""
     from streams.worker.app import WorkerApp
     from streams.faustapp.table import TableStore
-    from streams.worker.transport import Consumer, IdempotentProducer, LoopConsumer, Producer
+    from streams.faustapp.producer import IdempotentProducer
+    from streams.worker.transport import Consumer, LoopConsumer, Producer
 
     classes = (WorkerApp, TableStore, Consumer, LoopConsumer, IdempotentProducer, Producer)
     names = {cls.__name__: cls.logger.name for cls in classes}
