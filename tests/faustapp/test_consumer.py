@@ -1,6 +1,7 @@
-"""The corrected consumer of both apps (on a real broker, through the fleet stage's transport): records that Faust drops
-because the flow was suspended when they were fetched are fetched again after
-its seek to the committed offsets, also on a partition with no committed offset."""
+"""The corrected consumer of both apps, on a real broker through the fleet
+stage's transport: records that Faust drops because the flow was suspended
+when they were fetched are fetched again after its seek to the committed
+offsets, also on a partition with no committed offset."""
 
 from __future__ import annotations
 
