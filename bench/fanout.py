@@ -118,17 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with common.broker(args.bootstrap) as bootstrap:
         names = common.topic_names("fanout")
-        from streams.kafka.topics import Topics
-        from streams.kafka.topics import ensure_topics
-
-        topics = Topics(
-            events=names["events"],
-            decisions=names["decisions"],
-            deadletter=names["deadletter"],
-            partitions=args.partitions,
-            decisions_partitions=args.decisions_partitions,
-        )
-        ensure_topics(bootstrap, topics)
+        common.create_topics(bootstrap, names, args.partitions, args.decisions_partitions)
         extra = ["--config", str(config / "loopwarden.json"), "--tenant-refresh", "0"]
         with common.worker(bootstrap, names, config, "worker", args.partitions, extra) as worker:
             worker.wait_log("event=ready")

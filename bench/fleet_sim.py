@@ -315,17 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = common.workdir("fleet")
     with brokers(args, workdir) as (bootstrap, cluster, log_dirs, replication):
         names = common.topic_names("fleet")
-        from streams.kafka.topics import Topics
-        from streams.kafka.topics import ensure_topics
-
-        topics = Topics(
-            events=names["events"],
-            decisions=names["decisions"],
-            deadletter=names["deadletter"],
-            partitions=args.partitions,
-            decisions_partitions=args.gateways,
-        )
-        ensure_topics(bootstrap, topics)
+        common.create_topics(bootstrap, names, args.partitions, args.gateways)
         before = log_bytes(log_dirs, names["app_id"])
         extra = ["--tenant-refresh", "0"]
         workers = [

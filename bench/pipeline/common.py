@@ -71,14 +71,21 @@ def topic_names(prefix: str) -> dict[str, str]:
     }
 
 
-def create_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
+def create_topics(
+    bootstrap: str, names: dict[str, str], partitions: int, decisions_partitions: int | None = None
+) -> None:
+    """The three topics of `names`; the decisions topic as partitioned as the events topic unless told."""
     from streams.kafka.topics import Topics
     from streams.kafka.topics import ensure_topics
 
     ensure_topics(
         bootstrap,
         Topics(
-            events=names["events"], decisions=names["decisions"], deadletter=names["deadletter"], partitions=partitions
+            events=names["events"],
+            decisions=names["decisions"],
+            deadletter=names["deadletter"],
+            partitions=partitions,
+            decisions_partitions=decisions_partitions,
         ),
     )
 
