@@ -55,6 +55,7 @@ from msgspec import UNSET
 from schemas import topics
 from schemas.events import MAX_TURN_CHARS, Event, ToolCall, ToolResult
 from streams.client.local_hashing import local_call_fields, local_outcome_fields, minimal_args
+from streams.client.endpoint import Endpoint
 from streams.client.publisher import Publisher, WireCompaction, WireRunEnd, WireToolCall, WireToolResult
 from streams.client.reader import DecisionReader
 from streams.client.runs import Call, Run, Runs
@@ -132,15 +133,11 @@ class GuardClient:
         self.stats: collections.Counter[str] = collections.Counter()
         """published, publish_failed, verdicts, duplicates, late, foreign (answers to seqs this client did not
         publish), timeouts, fail_open, fail_closed, aborts, read_bytes (keys and values read from the decisions topic)"""
-        self._publisher = Publisher(
-            bootstrap_servers, self.events_topic, security, client_id, self.stats, dict(producer_config or {})
-        )
+        endpoint = Endpoint(bootstrap_servers, security, client_id, self.stats)
+        self._publisher = Publisher(endpoint, self.events_topic, dict(producer_config or {}))
         self._reader = DecisionReader(
-            bootstrap_servers,
+            endpoint,
             self.decisions_topic,
-            security,
-            client_id,
-            self.stats,
             dict(consumer_config or {}),
             self._publisher.partitions,
             self._deliver,

@@ -4,7 +4,6 @@ that could not be sent."""
 
 from __future__ import annotations
 
-import collections
 import logging
 from typing import Any
 
@@ -13,7 +12,7 @@ import msgspec
 from schemas.events import Compaction, Event, RunEnd, ToolCall, ToolResult
 from streams.kafka import clients as kafka_clients
 from streams.client.waiters import Waiter
-from streams.kafka.clients import KafkaSecurity
+from streams.client.endpoint import Endpoint
 
 log = logging.getLogger("loopwarden.client")
 _encode = msgspec.json.encode
@@ -38,29 +37,16 @@ class WireRunEnd(RunEnd, omit_defaults=True):
 
 
 class Publisher:
-    def __init__(
-        self,
-        bootstrap_servers: str | list[str],
-        topic: str,
-        security: KafkaSecurity,
-        client_id: str,
-        stats: collections.Counter[str],
-        extra_config: dict[str, Any],
-    ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+    def __init__(self, endpoint: Endpoint, topic: str, extra_config: dict[str, Any]) -> None:
+        self.endpoint = endpoint
         self.topic = topic
-        self.security = security
-        self.client_id = client_id
-        self.stats = stats
         self.extra_config = extra_config
         self.producer: Any = None
 
     def start(self, timeout: float) -> None:
         """Connect, with sends that block at most `timeout` seconds for metadata."""
         config: dict[str, Any] = {
-            "client_id": self.client_id,
-            "acks": "all",
-            "enable_idempotence": True,  # retries never reorder or double a run's events
+            "client_id": self.endpoint.client_id,
             "linger_ms": 0,
             "max_block_ms": max(100, int(timeout * 1000)),
             "retries": 5,
@@ -71,7 +57,8 @@ class Publisher:
             "reconnect_backoff_max_ms": 2000,  # back within ~2 s of the broker
         }
         config.update(self.extra_config)
-        self.producer = kafka_clients.producer(self.bootstrap_servers, security=self.security, **config)
+        endpoint = self.endpoint
+        self.producer = kafka_clients.producer(endpoint.bootstrap_servers, security=endpoint.security, **config)
 
     def send(self, event: Event, waiter: Waiter | None) -> None:
         producer = self.producer
@@ -84,11 +71,11 @@ class Publisher:
         except Exception as exc:  # KafkaTimeoutError when metadata is unavailable, etc.
             self._failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}")
             return
-        self.stats["published"] += 1
+        self.endpoint.stats["published"] += 1
         future.add_errback(lambda exc: self._failed(run_id, seq, waiter, f"{type(exc).__name__}: {exc}"))
 
     def _failed(self, run_id: str, seq: int, waiter: Waiter | None, error: str) -> None:
-        self.stats["publish_failed"] += 1
+        self.endpoint.stats["publish_failed"] += 1
         log.warning("loopwarden: cannot publish event run=%s seq=%s: %s", run_id, seq, error)
         if waiter is not None:
             waiter.fail(f"publish_failed: {error}")

@@ -5,7 +5,6 @@ each record to the client."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Any
 from kafka.partitioner.default import murmur2
 
 from streams.kafka import clients as kafka_clients
-from streams.kafka.clients import KafkaSecurity
+from streams.client.endpoint import Endpoint
 
 log = logging.getLogger("loopwarden.client")
 
@@ -22,22 +21,16 @@ log = logging.getLogger("loopwarden.client")
 class DecisionReader:
     def __init__(
         self,
-        bootstrap_servers: str | list[str],
+        endpoint: Endpoint,
         topic: str,
-        security: KafkaSecurity,
-        client_id: str,
-        stats: collections.Counter[str],
         extra_config: dict[str, Any],
         partitions: Callable[[str], set[int]],
         deliver: Callable[[bytes | None, bytes], None],
         reply_partition: int | None,
         instance_id: str | None,
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers
+        self.endpoint = endpoint
         self.topic = topic
-        self.security = security
-        self.client_id = client_id
-        self.stats = stats
         self.extra_config = extra_config
         self.partitions = partitions
         """A topic's partitions, with a bounded wait."""
@@ -88,7 +81,7 @@ class DecisionReader:
             try:
                 if consumer is None:
                     config: dict[str, Any] = {
-                        "client_id": f"{self.client_id}-decisions",
+                        "client_id": f"{self.endpoint.client_id}-decisions",
                         "group_id": None,
                         "enable_auto_commit": False,
                         "fetch_max_wait_ms": 100,
@@ -97,7 +90,9 @@ class DecisionReader:
                     }
                     config.update(self.extra_config)
                     partitions = self._reply_partitions(self.partitions(self.topic))
-                    consumer = kafka_clients.consumer(self.bootstrap_servers, security=self.security, **config)
+                    consumer = kafka_clients.consumer(
+                        self.endpoint.bootstrap_servers, security=self.endpoint.security, **config
+                    )
                     tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
                     consumer.assign(tps)
                     consumer.seek_to_end(*tps)
@@ -108,7 +103,7 @@ class DecisionReader:
                 batch = consumer.poll(timeout_ms=100)
                 for records in batch.values():
                     for record in records:
-                        self.stats["read_bytes"] += len(record.value or b"") + len(record.key or b"")
+                        self.endpoint.stats["read_bytes"] += len(record.value or b"") + len(record.key or b"")
                         self.deliver(record.key, record.value)
             except Exception as exc:  # keep reading across broker outages
                 if self._stop.is_set():
