@@ -14,6 +14,8 @@ from pathlib import Path
 from kafka import TopicPartition
 
 from streams.kafka import clients as kafka_clients
+from streams.kafka.clients import PLAINTEXT
+from streams.kafka.reader import ReadError, TopicReader
 
 REPO = Path(__file__).resolve().parents[1]
 #: Where failures are kept (ignored by git, left in place by CI's checkout).
@@ -53,21 +55,14 @@ def offsets(bootstrap: str, topics: Sequence[str], groups: Sequence[str]) -> str
 
 
 def records(bootstrap: str, topic: str, describe: Describe) -> str:
-    """Every record of the topic now, one line each: partition, offset, then `describe`'s text."""
-    consumer = kafka_clients.consumer(bootstrap, group_id=None, enable_auto_commit=False)
+    """Every record of the topic now, one line each: partition, offset, then
+    `describe`'s text; why not, for a topic that cannot be read."""
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        found = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for batch in consumer.poll(timeout_ms=200).values():
-                found += batch
-        found.sort(key=lambda r: (r.partition, r.offset))
-        return "".join(f"{r.partition} {r.offset} {describe(r.key, r.value)}\n" for r in found)
-    finally:
-        consumer.close()
+        with TopicReader(bootstrap, "loopwarden-tests", PLAINTEXT) as reader:
+            found = sorted(reader.whole(topic), key=lambda r: (r.partition, r.offset))
+    except ReadError as exc:
+        return f"{exc}\n"
+    return "".join(f"{r.partition} {r.offset} {describe(r.key, r.value)}\n" for r in found)
 
 
 @contextmanager

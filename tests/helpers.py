@@ -25,6 +25,7 @@ from schemas.codec import decode_incident
 from schemas.configfile import load_config
 from schemas.policyfile import load_policy
 from streams.kafka import clients as kafka_clients
+from streams.kafka.reader import TopicReader
 from streams.tools.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,19 +286,9 @@ def keyed(
 ) -> list[bytes]:
     """The values of a topic's records with this key, everything there now,
     read without a group."""
-    consumer = kafka_clients.consumer(bootstrap, security=security, group_id=None, enable_auto_commit=False)
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        found = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=200).values():
-                found += [r.value for r in records if r.key == key]
-        return found
-    finally:
-        consumer.close()
+    with TopicReader(bootstrap, "loopwarden-tests", security) as reader:
+        tps = reader.partitions(topic)
+        return [record.value for record in reader.read(reader.beginnings(tps), reader.ends(tps), key=key)]
 
 
 def values(records: Iterable[Any]) -> list[bytes]:
